@@ -1,0 +1,168 @@
+/* Maps and helpers every BPF layer shares.
+ *
+ * Each layer is its own object file, but all of them must see one target set,
+ * one ring buffer, one drop counter and one per-thread call stack. Each object
+ * declares the maps identically here; user space creates them once (with the
+ * core object) and hands the same file descriptors to every other object with
+ * bpf_map__reuse_fd() before load.
+ */
+#ifndef EACGM_COMMON_BPF_H
+#define EACGM_COMMON_BPF_H
+
+#include "vmlinux.h"
+
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "bpf/events.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* tgid -> 1 for every process being traced. */
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 65536);
+  __type(key, __u32);
+  __type(value, __u8);
+} targets SEC(".maps");
+
+/* The one ring buffer all layers write to. Size set by user space. */
+struct {
+  __uint(type, BPF_MAP_TYPE_RINGBUF);
+  __uint(max_entries, 16 * 1024 * 1024);
+} events SEC(".maps");
+
+/* Failed ring buffer reservations, per CPU: losing an event is never silent. */
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, __u64);
+} drops SEC(".maps");
+
+struct eacgm_frame {
+  __u64 start_ns;
+  __u64 args[EACGM_CALL_ARGS];
+  __u32 func_id;
+  __u32 layer;
+};
+
+/* Entry and return are paired here, per thread: one finished call is one
+ * event. Calls nest (a torch operator calling cudaLaunchKernel), so this is a
+ * stack. Entries are removed when the thread exits (core.bpf.c). */
+struct eacgm_call_stack {
+  __u32 depth; /* open calls, may exceed EACGM_MAX_DEPTH (those are not timed) */
+  __u32 pad;
+  struct eacgm_frame frames[EACGM_MAX_DEPTH];
+};
+
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
+  __uint(max_entries, 65536);
+  __type(key, __u32);
+  __type(value, struct eacgm_call_stack);
+} call_stacks SEC(".maps");
+
+/* A zeroed stack to insert from: too large for the 512-byte BPF stack. */
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct eacgm_call_stack);
+} empty_stack SEC(".maps");
+
+static __always_inline int eacgm_is_target(__u32 tgid) {
+  return bpf_map_lookup_elem(&targets, &tgid) != 0;
+}
+
+static __always_inline void eacgm_count_drop(void) {
+  __u32 zero = 0;
+  __u64* n = bpf_map_lookup_elem(&drops, &zero);
+  if (n) __sync_fetch_and_add(n, 1);
+}
+
+static __always_inline struct eacgm_call_stack* eacgm_thread_stack(__u32 tid) {
+  struct eacgm_call_stack* st = bpf_map_lookup_elem(&call_stacks, &tid);
+  if (st) return st;
+  __u32 zero = 0;
+  struct eacgm_call_stack* empty = bpf_map_lookup_elem(&empty_stack, &zero);
+  if (!empty) return 0;
+  bpf_map_update_elem(&call_stacks, &tid, empty, BPF_NOEXIST);
+  return bpf_map_lookup_elem(&call_stacks, &tid);
+}
+
+/* Function entry: remember the start time and the argument words. The cookie
+ * is the row of the layer's probe table. */
+static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer) {
+  __u64 id = bpf_get_current_pid_tgid();
+  if (!eacgm_is_target(id >> 32)) return 0;
+  struct eacgm_call_stack* st = eacgm_thread_stack((__u32)id);
+  if (!st) return 0;
+  __u32 d = st->depth;
+  st->depth = d + 1;
+  if (d >= EACGM_MAX_DEPTH) return 0;
+  struct eacgm_frame* f = &st->frames[d & (EACGM_MAX_DEPTH - 1)];
+  f->func_id = (__u32)bpf_get_attach_cookie(ctx);
+  f->layer = layer;
+  f->args[0] = PT_REGS_PARM1(ctx);
+  f->args[1] = PT_REGS_PARM2(ctx);
+  f->args[2] = PT_REGS_PARM3(ctx);
+  f->args[3] = PT_REGS_PARM4(ctx);
+  f->args[4] = PT_REGS_PARM5(ctx);
+  f->args[5] = ctx->r9; /* libbpf 1.1 has no PT_REGS_PARM6 */
+  /* At entry the stack pointer holds the return address; the 7th and 8th
+   * integer arguments follow it. */
+  if (bpf_probe_read_user(&f->args[6], 2 * sizeof(__u64), (void*)(PT_REGS_SP(ctx) + 8)) != 0) {
+    f->args[6] = 0;
+    f->args[7] = 0;
+  }
+  f->start_ns = bpf_ktime_get_ns();
+  return 0;
+}
+
+/* Function return: pop the frame, read the out-pointer if the table asks
+ * for it, and emit one event for the finished call. */
+static __always_inline int eacgm_call_return(struct pt_regs* ctx, __u32 layer,
+                                             const volatile __u8* out_slot) {
+  __u64 now = bpf_ktime_get_ns();
+  __u64 id = bpf_get_current_pid_tgid();
+  if (!eacgm_is_target(id >> 32)) return 0;
+  __u32 tid = (__u32)id;
+  struct eacgm_call_stack* st = bpf_map_lookup_elem(&call_stacks, &tid);
+  if (!st || st->depth == 0) return 0; /* entered before we attached */
+  __u32 d = st->depth - 1;
+  st->depth = d;
+  if (d >= EACGM_MAX_DEPTH) return 0;
+  struct eacgm_frame* f = &st->frames[d & (EACGM_MAX_DEPTH - 1)];
+  __u32 func_id = (__u32)bpf_get_attach_cookie(ctx);
+  if (f->func_id != func_id || f->layer != layer) return 0; /* unbalanced: drop, never misattribute */
+
+  struct eacgm_call* e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+  if (!e) {
+    eacgm_count_drop();
+    return 0;
+  }
+  e->hdr.kind = EACGM_EV_CALL;
+  e->hdr.tgid = id >> 32;
+  e->hdr.tid = tid;
+  e->hdr.layer = layer;
+  e->hdr.ts_ns = f->start_ns;
+  e->duration_ns = now - f->start_ns;
+#pragma unroll
+  for (int i = 0; i < EACGM_CALL_ARGS; i++) e->args[i] = f->args[i];
+  e->out_value = 0;
+  __u8 slot = out_slot[func_id & (EACGM_MAX_FUNCS - 1)];
+  if (slot < EACGM_CALL_ARGS && f->args[slot & 7]) {
+    if (bpf_probe_read_user(&e->out_value, sizeof(e->out_value), (void*)f->args[slot & 7]) != 0)
+      e->out_value = 0;
+  }
+  e->ret = (__s64)PT_REGS_RC(ctx);
+  e->func_id = func_id;
+  e->depth = d;
+  bpf_ringbuf_submit(e, 0);
+  return 0;
+}
+
+#endif /* EACGM_COMMON_BPF_H */

@@ -1,0 +1,52 @@
+# Builds bpf/<name>.bpf.c into a CO-RE object and a libbpf skeleton header
+# (<name>.skel.h) with clang and bpftool, against a vmlinux.h generated from
+# the running kernel's BTF.
+
+find_program(BPF_CLANG NAMES clang-14 clang REQUIRED)
+find_program(BPFTOOL NAMES bpftool REQUIRED)
+find_program(LLVM_STRIP NAMES llvm-strip-14 llvm-strip REQUIRED)
+
+set(EACGM_BTF_FILE "/sys/kernel/btf/vmlinux" CACHE FILEPATH "Kernel BTF used to generate vmlinux.h")
+set(EACGM_BPF_OUT_DIR ${CMAKE_BINARY_DIR}/bpf)
+file(MAKE_DIRECTORY ${EACGM_BPF_OUT_DIR})
+
+if(NOT EXISTS ${EACGM_BTF_FILE})
+  message(FATAL_ERROR
+    "eacgm needs the kernel's BTF to build its BPF programs, and ${EACGM_BTF_FILE} does not exist.\n"
+    "Use a kernel built with CONFIG_DEBUG_INFO_BTF=y, or pass -DEACGM_BTF_FILE=<path to a BTF file>.")
+endif()
+
+set(EACGM_VMLINUX_H ${EACGM_BPF_OUT_DIR}/vmlinux.h)
+add_custom_command(
+  OUTPUT ${EACGM_VMLINUX_H}
+  COMMAND ${BPFTOOL} btf dump file ${EACGM_BTF_FILE} format c > ${EACGM_VMLINUX_H}.tmp
+  COMMAND ${CMAKE_COMMAND} -E rename ${EACGM_VMLINUX_H}.tmp ${EACGM_VMLINUX_H}
+  COMMENT "Generating vmlinux.h from ${EACGM_BTF_FILE}"
+  VERBATIM)
+
+set(EACGM_BPF_SKELETONS "")
+function(eacgm_bpf_skeleton name)
+  set(src ${CMAKE_SOURCE_DIR}/bpf/${name}.bpf.c)
+  set(obj ${EACGM_BPF_OUT_DIR}/${name}.bpf.o)
+  set(skel ${EACGM_BPF_OUT_DIR}/${name}.skel.h)
+  file(GLOB bpf_headers ${CMAKE_SOURCE_DIR}/bpf/*.h)
+  add_custom_command(
+    OUTPUT ${obj}
+    COMMAND ${BPF_CLANG} -g -O2 -target bpf -D__TARGET_ARCH_x86 -Wall -Werror
+            -I${EACGM_BPF_OUT_DIR} -I${CMAKE_SOURCE_DIR}
+            -idirafter /usr/include/x86_64-linux-gnu
+            -c ${src} -o ${obj}
+    COMMAND ${LLVM_STRIP} -g ${obj}
+    DEPENDS ${src} ${bpf_headers} ${EACGM_VMLINUX_H}
+    COMMENT "Compiling BPF program ${name}"
+    VERBATIM)
+  add_custom_command(
+    OUTPUT ${skel}
+    COMMAND ${BPFTOOL} gen skeleton ${obj} name eacgm_${name} > ${skel}.tmp
+    COMMAND ${CMAKE_COMMAND} -E rename ${skel}.tmp ${skel}
+    DEPENDS ${obj}
+    COMMENT "Generating BPF skeleton ${name}.skel.h"
+    VERBATIM)
+  list(APPEND EACGM_BPF_SKELETONS ${skel})
+  set(EACGM_BPF_SKELETONS ${EACGM_BPF_SKELETONS} PARENT_SCOPE)
+endfunction()

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs everything eacgm needs to build and test, from Debian packages only.
+# Used by the README's two commands and by .ci/run, so a fresh machine is proven by CI.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake clang llvm clang-format pkg-config
+  # BPF: libbpf headers/library, skeleton generator, ELF and zlib for libbpf
+  libbpf-dev bpftool libelf-dev zlib1g-dev
+  # libraries we link against
+  libcli11-dev nlohmann-json3-dev libfmt-dev libsqlite3-dev
+  libprotobuf-dev protobuf-compiler
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev sqlite3 python3-protobuf
+  # the python with USDT probes, used by tests that need a real interpreter
+  python3.11
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: need root to install: ${missing[*]}" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# tracefs: uprobes are created through it on some code paths and `doctor` reports it.
+if [ "$(id -u)" -eq 0 ] && ! mountpoint -q /sys/kernel/tracing 2>/dev/null; then
+  mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null ||
+    echo "install-deps: warning: could not mount tracefs at /sys/kernel/tracing" >&2
+fi

@@ -1,0 +1,354 @@
+#include "agent/trace_session.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "agent/privileges.h"
+#include "agent/recorder.h"
+#include "probes/tracer.h"
+#include "sinks/perfetto_writer.h"
+#include "sinks/sqlite_writer.h"
+#include "sinks/summary.h"
+
+extern char** environ;
+
+namespace eacgm {
+namespace {
+
+constexpr const char* kLoaderPath = "/lib64/ld-linux-x86-64.so.2";
+
+uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+int64_t realtime_offset_ns() {
+  timespec mono{}, real{};
+  clock_gettime(CLOCK_MONOTONIC, &mono);
+  clock_gettime(CLOCK_REALTIME, &real);
+  return (int64_t{real.tv_sec} - mono.tv_sec) * 1000000000ll + (real.tv_nsec - mono.tv_nsec);
+}
+
+int fail(const std::string& message) {
+  fmt::print(stderr, "eacgm: error: {}\n", message);
+  return kExitUsage;
+}
+
+Result<void> prepare_output_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Error{fmt::format("cannot create output directory {}: {}", dir, ec.message())};
+  const std::string probe = dir + "/.eacgm-write-test";
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return Error{fmt::format("output directory {} is not writable: {}", dir, std::strerror(errno))};
+  }
+  close(fd);
+  unlink(probe.c_str());
+  return {};
+}
+
+std::map<std::string, std::string> own_environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string_view kv(*e);
+    const size_t eq = kv.find('=');
+    if (eq != std::string_view::npos) env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return env;
+}
+
+// Signals the main loop waits for instead of handling asynchronously.
+sigset_t loop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&set, sig);
+  return set;
+}
+
+// Everything record and attach share: the session, its sinks and the tracer.
+class TraceRun {
+ public:
+  explicit TraceRun(const TraceOptions& options)
+      : options_(options), recorder_(session_, options.layers) {}
+
+  // Returns an exit code on failure.
+  std::optional<int> start() {
+    const Privileges privileges = current_privileges();
+    if (!privileges.sufficient()) return fail(privileges.explain());
+    if (auto r = prepare_output_dir(options_.out_dir); !r) return fail(r.error().message);
+
+    session_.version = EACGM_VERSION;
+    session_.realtime_offset_ns = realtime_offset_ns();
+    session_.start_ns = monotonic_ns();
+
+    Tracer::Options topts{.layers = options_.layers,
+                          .stop_on_dlopen = options_.stop_on_dlopen,
+                          .btf_path = options_.btf_path,
+                          .verbose = options_.verbose};
+    auto tracer = Tracer::open(topts, [this](std::span<const std::byte> d) { recorder_.handle(d); });
+    if (!tracer) return fail(tracer.error().message);
+    tracer_ = std::move(*tracer);
+    recorder_.set_tracer(tracer_.get());
+
+    auto sqlite = SqliteWriter::open(options_.out_dir + "/events.sqlite");
+    if (!sqlite) return fail(sqlite.error().message);
+    recorder_.add_sink(std::move(*sqlite));
+    auto perfetto = PerfettoWriter::open(options_.out_dir + "/trace.perfetto-trace");
+    if (!perfetto) return fail(perfetto.error().message);
+    recorder_.add_sink(std::move(*perfetto));
+
+    if (options_.stop_on_dlopen) {
+      if (auto r = tracer_->attach_loader(kLoaderPath); !r) {
+        fmt::print(stderr, "eacgm: warning: {}; libraries loaded later at unusual paths may be "
+                           "missed\n", r.error().message);
+      }
+    }
+    sigfd_ = signalfd(-1, &signals_, SFD_CLOEXEC | SFD_NONBLOCK);
+    return std::nullopt;
+  }
+
+  Tracer& tracer() { return *tracer_; }
+  Recorder& recorder() { return recorder_; }
+  Session& session() { return session_; }
+
+  // Waits for events until `done()` says so or a signal ends the run.
+  // `on_signal` sees every signal first and returns true to stop at once.
+  template <typename Done, typename OnSignal>
+  void loop(Done done, OnSignal on_signal) {
+    while (!done()) {
+      pollfd fds[2] = {{tracer_->epoll_fd(), POLLIN, 0}, {sigfd_, POLLIN, 0}};
+      const int n = ::poll(fds, 2, 100);
+      if (n < 0 && errno != EINTR) break;
+      tracer_->drain();
+      signalfd_siginfo si{};
+      bool stop = false;
+      while (read(sigfd_, &si, sizeof(si)) == sizeof(si)) stop |= on_signal(si);
+      if (stop) return;
+    }
+  }
+
+  // Detaches, drains, and writes every output. Returns false if an output failed.
+  bool finish() {
+    recorder_.resume_stopped_targets();
+    tracer_->drain();
+    tracer_->detach_probes();
+    recorder_.resume_stopped_targets();
+    tracer_->drain();
+    session_.end_ns = monotonic_ns();
+    session_.events_dropped = tracer_->dropped();
+    for (Layer layer : options_.layers) {
+      LayerState& state = session_.layers[layer];
+      state.libraries.clear();
+      for (const TracedLibrary& lib : tracer_->libraries()) {
+        if (lib.layer == layer) state.libraries.push_back(lib.path);
+      }
+      if (state.libraries.empty()) {
+        state.status = LayerStatus::kUnavailable;
+        state.reason = fmt::format("no {} library was found in the traced processes or on their "
+                                   "library search path",
+                                   layer == Layer::kCuda ? "libcudart.so" : layer_name(layer));
+      } else {
+        state.status = LayerStatus::kActive;
+      }
+    }
+    bool ok = true;
+    for (const std::string& error : recorder_.finish_sinks()) {
+      fmt::print(stderr, "eacgm: error: {}\n", error);
+      ok = false;
+    }
+    const std::string summary_path = options_.out_dir + "/summary.json";
+    if (auto r = write_summary(session_, summary_path); !r) {
+      fmt::print(stderr, "eacgm: error: {}\n", r.error().message);
+      ok = false;
+    }
+    if (!options_.quiet) fmt::print("{}", text_report(session_));
+    fmt::print(stderr, "eacgm: session written to {}\n", options_.out_dir);
+    return ok;
+  }
+
+  ~TraceRun() {
+    if (sigfd_ >= 0) close(sigfd_);
+  }
+
+ private:
+  TraceOptions options_;
+  Session session_;
+  Recorder recorder_;
+  std::unique_ptr<Tracer> tracer_;
+  sigset_t signals_ = loop_signals();
+  int sigfd_ = -1;
+};
+
+int exit_code_of(int status) {
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+// All descendants of `root` (and root), from /proc/*/stat parent links.
+std::vector<uint32_t> process_tree(uint32_t root) {
+  std::multimap<uint32_t, uint32_t> children;
+  if (DIR* proc = opendir("/proc")) {
+    while (dirent* d = readdir(proc)) {
+      const uint32_t pid = static_cast<uint32_t>(strtoul(d->d_name, nullptr, 10));
+      if (pid == 0) continue;
+      std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+      std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+      // The command is in parentheses and may contain anything: parse after the last ')'.
+      const size_t close = text.rfind(')');
+      if (close == std::string::npos) continue;
+      char state = 0;
+      unsigned ppid = 0;
+      if (sscanf(text.c_str() + close + 1, " %c %u", &state, &ppid) == 2) children.emplace(ppid, pid);
+    }
+    closedir(proc);
+  }
+  std::vector<uint32_t> tree = {root};
+  for (size_t i = 0; i < tree.size(); ++i) {
+    auto [begin, end] = children.equal_range(tree[i]);
+    for (auto it = begin; it != end; ++it) tree.push_back(it->second);
+  }
+  return tree;
+}
+
+}  // namespace
+
+int run_record(const TraceOptions& options, const std::vector<std::string>& command) {
+  if (command.empty()) return fail("no command to record; usage: eacgm record -o DIR -- CMD ARGS...");
+
+  // Block the signals the loop reads from a signalfd; the job gets the
+  // original mask back before exec.
+  sigset_t old_mask;
+  sigset_t wanted = loop_signals();
+  sigprocmask(SIG_BLOCK, &wanted, &old_mask);
+
+  TraceRun run(options);
+  if (auto code = run.start()) return *code;
+  run.session().command = command;
+
+  // The child waits on `go` until every probe is in place, then execs.
+  int go[2], exec_error[2];
+  if (pipe2(go, O_CLOEXEC) != 0 || pipe2(exec_error, O_CLOEXEC) != 0) {
+    return fail(fmt::format("pipe: {}", std::strerror(errno)));
+  }
+  const pid_t child = fork();
+  if (child < 0) return fail(fmt::format("fork: {}", std::strerror(errno)));
+  if (child == 0) {
+    close(go[1]);
+    close(exec_error[0]);
+    char byte;
+    if (read(go[0], &byte, 1) != 1) _exit(127);  // eacgm died before the probes were ready
+    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    std::vector<char*> argv;
+    for (const std::string& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    const int err = errno;
+    (void)!write(exec_error[1], &err, sizeof(err));
+    _exit(127);
+  }
+  close(go[0]);
+  close(exec_error[1]);
+
+  if (auto r = run.tracer().add_target(static_cast<uint32_t>(child)); !r) {
+    kill(child, SIGKILL);
+    return fail(r.error().message);
+  }
+  run.recorder().watch_process(static_cast<uint32_t>(child), monotonic_ns());
+  run.recorder().attach_search_path_libraries(own_environment());
+  (void)!write(go[1], "g", 1);
+  close(go[1]);
+
+  int exec_errno = 0;
+  if (read(exec_error[0], &exec_errno, sizeof(exec_errno)) == sizeof(exec_errno)) {
+    close(exec_error[0]);
+    waitpid(child, nullptr, 0);
+    fmt::print(stderr, "eacgm: error: cannot run '{}': {}\n", command[0], std::strerror(exec_errno));
+    run.finish();
+    return 127;
+  }
+  close(exec_error[0]);
+
+  std::optional<int> status;
+  int interrupts = 0;
+  bool forced = false;
+  run.loop([&] { return status.has_value(); },
+           [&](const signalfd_siginfo& si) {
+             const int sig = static_cast<int>(si.ssi_signo);
+             if (sig == SIGCHLD) {
+               int st = 0;
+               if (waitpid(child, &st, WNOHANG) == child) status = st;
+               return false;
+             }
+             run.session().interrupted = true;
+             if (sig == SIGINT && ++interrupts >= 2) {
+               fmt::print(stderr, "\neacgm: second interrupt: stopping now\n");
+               forced = true;
+               return true;
+             }
+             // A Ctrl-C at the terminal reached the job's process group already
+             // (si_code SI_KERNEL); a kill(1) reached only us: pass it on.
+             if (si.ssi_code != SI_KERNEL) kill(child, sig);
+             fmt::print(stderr, "\neacgm: {} forwarded to the job; waiting for it to exit "
+                                "(interrupt again to stop now)\n", strsignal(sig));
+             return false;
+           });
+  if (status) run.session().exit_code = exit_code_of(*status);
+  const bool written = run.finish();
+  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  if (!written) fmt::print(stderr, "eacgm: warning: the session is incomplete (see above)\n");
+  // The job's exit code is the contract: scripts wrap jobs in `eacgm record`.
+  return status ? exit_code_of(*status) : 130;
+}
+
+int run_attach(const TraceOptions& options, int pid, std::optional<double> duration_s) {
+  if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) {
+    return fail(fmt::format("no process with pid {}", pid));
+  }
+  if (duration_s && *duration_s <= 0) return fail("the duration must be positive");
+  sigset_t old_mask;
+  sigset_t wanted = loop_signals();
+  sigprocmask(SIG_BLOCK, &wanted, &old_mask);
+
+  TraceRun run(options);
+  if (auto code = run.start()) return *code;
+  const uint64_t start = monotonic_ns();
+  for (uint32_t p : process_tree(static_cast<uint32_t>(pid))) {
+    if (auto r = run.tracer().add_target(p); !r) return fail(r.error().message);
+    run.session().attached_pids.push_back(p);
+    run.recorder().watch_process(p, 0);
+  }
+  fmt::print(stderr, "eacgm: attached to pid {} ({} processes){}\n", pid,
+             run.session().attached_pids.size(),
+             duration_s ? fmt::format(" for {} s", *duration_s) : "; Ctrl-C to stop");
+  const uint64_t deadline = duration_s ? start + static_cast<uint64_t>(*duration_s * 1e9) : 0;
+  run.loop(
+      [&] {
+        if (deadline && monotonic_ns() >= deadline) return true;
+        return run.recorder().live_processes() == 0;
+      },
+      [&](const signalfd_siginfo& si) {
+        if (si.ssi_signo == SIGCHLD) return false;
+        run.session().interrupted = true;
+        return true;  // attach never signals the target: stop tracing, leave it running
+      });
+  const bool ok = run.finish();
+  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  return ok ? 0 : 1;
+}
+
+}  // namespace eacgm

@@ -1,0 +1,32 @@
+// `eacgm record` and `eacgm attach`: set up the tracer, run until the job
+// ends (or the duration, or Ctrl-C), and write the session directory.
+#pragma once
+
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "probes/probe_table.h"
+
+namespace eacgm {
+
+// Exit code for bad input: flags, a missing target, no privileges, an
+// unwritable directory, a kernel that cannot trace.
+inline constexpr int kExitUsage = 2;
+
+struct TraceOptions {
+  std::string out_dir;
+  std::set<Layer> layers;
+  std::string btf_path;  // a custom kernel BTF file, for kernels without /sys/kernel/btf/vmlinux
+  bool stop_on_dlopen = true;
+  bool verbose = false;
+  bool quiet = false;  // no report on stdout
+};
+
+// Runs `command` traced from its first instruction; returns its exit code.
+int run_record(const TraceOptions& options, const std::vector<std::string>& command);
+// Traces a running process and its descendants; returns 0 on success.
+int run_attach(const TraceOptions& options, int pid, std::optional<double> duration_s);
+
+}  // namespace eacgm

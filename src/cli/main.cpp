@@ -1,0 +1,123 @@
+// The eacgm command line. Errors become a message on stderr and exit code 2;
+// `record` exits with the job's own exit code.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "agent/trace_session.h"
+#include "cli/doctor.h"
+
+namespace {
+
+using eacgm::Layer;
+
+// "cuda,nccl" -> layers; the layers this build can trace.
+std::optional<std::set<Layer>> parse_layers(const std::string& text, std::string& error) {
+  std::set<Layer> layers;
+  std::stringstream ss(text);
+  std::string name;
+  while (std::getline(ss, name, ',')) {
+    if (name.empty()) continue;
+    const auto layer = eacgm::layer_from_name(name);
+    if (!layer) {
+      error = fmt::format("unknown layer '{}' (known: cuda, nccl, torch, python, os)", name);
+      return std::nullopt;
+    }
+    if (*layer != Layer::kCuda) {
+      error = fmt::format("layer '{}' is not implemented in this version (available: cuda)", name);
+      return std::nullopt;
+    }
+    layers.insert(*layer);
+  }
+  if (layers.empty()) {
+    error = "no layer selected";
+    return std::nullopt;
+  }
+  return layers;
+}
+
+void add_trace_options(CLI::App* cmd, eacgm::TraceOptions& opts, std::string& layers) {
+  cmd->add_option("-o,--output", opts.out_dir, "session directory to write")->required();
+  cmd->add_option("--layers", layers, "comma-separated layers to trace")->default_val("cuda");
+  cmd->add_option("--btf", opts.btf_path, "kernel BTF file (default: the running kernel's)");
+  cmd->add_flag("--no-stop-on-dlopen", [&opts](int64_t) { opts.stop_on_dlopen = false; },
+                "never pause a target to probe a library it just loaded");
+  cmd->add_flag("-q,--quiet", opts.quiet, "do not print the report");
+  cmd->add_flag("-v,--verbose", opts.verbose, "show libbpf's diagnostics");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"eacgm: trace AI/ML jobs from outside with eBPF and find what is slow or broken"};
+  app.set_version_flag("--version", EACGM_VERSION);
+  app.require_subcommand(1);
+
+  app.add_subcommand("doctor", "check whether this machine can trace, and what");
+
+  eacgm::TraceOptions record_opts;
+  std::string record_layers;
+  std::vector<std::string> command;
+  CLI::App* record = app.add_subcommand("record", "run a command and trace it from its start");
+  add_trace_options(record, record_opts, record_layers);
+  record->add_option("command", command, "the command to run, after --");
+  record->prefix_command();  // everything after the command belongs to it
+
+  eacgm::TraceOptions attach_opts;
+  std::string attach_layers;
+  int pid = 0;
+  std::optional<double> duration;
+  CLI::App* attach = app.add_subcommand("attach", "trace a running process and its descendants");
+  add_trace_options(attach, attach_opts, attach_layers);
+  attach->add_option("-p,--pid", pid, "process to trace")->required();
+  attach->add_option("-d,--duration", duration, "seconds to trace (default: until Ctrl-C)");
+
+  // Everything after the first "--" is the job's command line, untouched
+  // (CLI11 would append its own "--" to a prefix command's arguments).
+  std::vector<std::string> job_argv;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--") {
+      job_argv.assign(argv + i + 1, argv + argc);
+      argc = i;
+      break;
+    }
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "eacgm: error: {}\nRun 'eacgm --help' for usage.\n", e.what());
+    return eacgm::kExitUsage;
+  }
+
+  std::string error;
+  if (app.got_subcommand("doctor")) return eacgm::run_doctor();
+  if (app.got_subcommand("record")) {
+    for (const std::string& extra : record->remaining()) command.push_back(extra);
+    command.insert(command.end(), job_argv.begin(), job_argv.end());
+    auto layers = parse_layers(record_layers, error);
+    if (!layers) {
+      fmt::print(stderr, "eacgm: error: {}\n", error);
+      return eacgm::kExitUsage;
+    }
+    record_opts.layers = *layers;
+    return eacgm::run_record(record_opts, command);
+  }
+  auto layers = parse_layers(attach_layers, error);
+  if (!layers) {
+    fmt::print(stderr, "eacgm: error: {}\n", error);
+    return eacgm::kExitUsage;
+  }
+  attach_opts.layers = *layers;
+  return eacgm::run_attach(attach_opts, pid, duration);
+}

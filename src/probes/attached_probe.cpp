@@ -1,0 +1,104 @@
+#include "probes/attached_probe.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <fmt/format.h>
+#include <linux/bpf.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace eacgm {
+namespace {
+
+// The `link_create` member of union bpf_attr for uprobe_multi, laid out as
+// in the kernel UAPI (include/uapi/linux/bpf.h, Linux 6.6+). The system's
+// linux/bpf.h is older and lacks it.
+struct UprobeMultiLinkAttr {
+  uint32_t prog_fd;          // @0
+  uint32_t target_fd;        // @4
+  uint32_t attach_type;      // @8
+  uint32_t flags;            // @12
+  uint64_t path;             // @16
+  uint64_t offsets;          // @24
+  uint64_t ref_ctr_offsets;  // @32
+  uint64_t cookies;          // @40
+  uint32_t cnt;              // @48
+  uint32_t multi_flags;      // @52: 1 = return probes
+  uint32_t pid;              // @56: 0 = every process
+  uint32_t pad;
+};
+static_assert(offsetof(UprobeMultiLinkAttr, path) == 16);
+static_assert(offsetof(UprobeMultiLinkAttr, cnt) == 48);
+static_assert(offsetof(UprobeMultiLinkAttr, pid) == 56);
+
+constexpr uint32_t kUprobeMultiReturn = 1;
+
+}  // namespace
+
+bool kernel_has_uprobe_multi() {
+  static const bool supported = [] {
+    // A kernel that knows the attach type accepts a program loaded for it.
+    const struct bpf_insn insns[] = {
+        {.code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .src_reg = 0, .off = 0,
+         .imm = 0},
+        {.code = BPF_JMP | BPF_EXIT, .dst_reg = 0, .src_reg = 0, .off = 0, .imm = 0},
+    };
+    LIBBPF_OPTS(bpf_prog_load_opts, opts,
+                .expected_attach_type = static_cast<bpf_attach_type>(kBpfTraceUprobeMulti));
+    const int fd = bpf_prog_load(BPF_PROG_TYPE_KPROBE, "eacgm_probe", "GPL", insns,
+                                 sizeof(insns) / sizeof(insns[0]), &opts);
+    if (fd < 0) return false;
+    close(fd);
+    return true;
+  }();
+  return supported;
+}
+
+Result<std::unique_ptr<AttachedProbe>> AttachedProbe::attach_multi(
+    const bpf_program* prog, const std::string& path, std::span<const uint64_t> offsets,
+    std::span<const uint64_t> cookies, bool retprobe) {
+  UprobeMultiLinkAttr attr{};
+  attr.prog_fd = static_cast<uint32_t>(bpf_program__fd(prog));
+  attr.attach_type = kBpfTraceUprobeMulti;
+  attr.path = reinterpret_cast<uint64_t>(path.c_str());
+  attr.offsets = reinterpret_cast<uint64_t>(offsets.data());
+  attr.cookies = reinterpret_cast<uint64_t>(cookies.data());
+  attr.cnt = static_cast<uint32_t>(offsets.size());
+  attr.multi_flags = retprobe ? kUprobeMultiReturn : 0;
+  const long fd = syscall(__NR_bpf, BPF_LINK_CREATE, &attr, sizeof(attr));
+  if (fd < 0) {
+    return Error{fmt::format("cannot attach {} uprobes to {}: {}", offsets.size(), path,
+                             std::strerror(errno))};
+  }
+  std::unique_ptr<AttachedProbe> probe(new AttachedProbe());
+  probe->link_fd_ = static_cast<int>(fd);
+  probe->functions_ = offsets.size();
+  return probe;
+}
+
+Result<std::unique_ptr<AttachedProbe>> AttachedProbe::attach_each(
+    bpf_program* prog, const std::string& path, std::span<const uint64_t> offsets,
+    std::span<const uint64_t> cookies, bool retprobe) {
+  std::unique_ptr<AttachedProbe> probe(new AttachedProbe());
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = cookies[i], .retprobe = retprobe);
+    bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), offsets[i], &opts);
+    if (!link) {
+      return Error{fmt::format("cannot attach uprobe to {}+{:#x}: {}", path, offsets[i],
+                               std::strerror(errno))};
+    }
+    probe->links_.push_back(link);
+  }
+  probe->functions_ = offsets.size();
+  return probe;
+}
+
+AttachedProbe::~AttachedProbe() {
+  if (link_fd_ >= 0) close(link_fd_);
+  for (bpf_link* link : links_) bpf_link__destroy(link);
+}
+
+}  // namespace eacgm

@@ -1,0 +1,56 @@
+// One attached uprobe link set, owned RAII-style: destroying the object
+// detaches the probes. Non-copyable; created by the factories below only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+struct bpf_program;
+struct bpf_link;
+
+namespace eacgm {
+
+// BPF_TRACE_UPROBE_MULTI from the kernel UAPI; libbpf 1.1 predates it.
+inline constexpr uint32_t kBpfTraceUprobeMulti = 48;
+
+// True when the running kernel accepts uprobe_multi links (Linux 6.6+).
+bool kernel_has_uprobe_multi();
+
+class AttachedProbe {
+ public:
+  // Many functions of one file with one link: `offsets[i]` is a file offset,
+  // `cookies[i]` what bpf_get_attach_cookie() returns when it fires. The
+  // program must have been loaded with expected attach type
+  // kBpfTraceUprobeMulti.
+  static Result<std::unique_ptr<AttachedProbe>> attach_multi(const bpf_program* prog,
+                                                             const std::string& path,
+                                                             std::span<const uint64_t> offsets,
+                                                             std::span<const uint64_t> cookies,
+                                                             bool retprobe);
+  // The fallback for kernels without uprobe_multi: one perf-event link per
+  // function. Slow to tear down (~75 ms per link here), so only used when
+  // the multi link is unavailable.
+  static Result<std::unique_ptr<AttachedProbe>> attach_each(bpf_program* prog,
+                                                            const std::string& path,
+                                                            std::span<const uint64_t> offsets,
+                                                            std::span<const uint64_t> cookies,
+                                                            bool retprobe);
+  ~AttachedProbe();
+  AttachedProbe(const AttachedProbe&) = delete;
+  AttachedProbe& operator=(const AttachedProbe&) = delete;
+
+  size_t functions() const { return functions_; }
+
+ private:
+  AttachedProbe() = default;
+  int link_fd_ = -1;
+  std::vector<bpf_link*> links_;
+  size_t functions_ = 0;
+};
+
+}  // namespace eacgm

@@ -1,0 +1,343 @@
+#include "probes/probe_table.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <utility>
+
+namespace eacgm {
+namespace {
+
+// The CUDA runtime layer. Signatures from the CUDA Runtime API reference; the
+// slot of each argument follows the SysV x86-64 calling convention: integer
+// and pointer arguments in rdi, rsi, rdx, rcx, r8, r9, and a dim3 (12 bytes,
+// INTEGER class) by value in two registers: x|y<<32, then z.
+const std::vector<ProbeSpec>& cuda_table() {
+  static const std::vector<ProbeSpec> table = {
+      {.symbol = "cudaMalloc",
+       .layer = Layer::kCuda,
+       .args = {{"devPtr", kRdi, ArgFormat::kOutPointer}, {"size", kRsi, ArgFormat::kSize}},
+       .bytes_slot = kRsi,
+       .out_slot = kRdi,
+       .memory = MemoryEffect::kDeviceAlloc},
+      {.symbol = "cudaFree",
+       .layer = Layer::kCuda,
+       .args = {{"devPtr", kRdi, ArgFormat::kPointer}},
+       .memory = MemoryEffect::kDeviceFree,
+       .memory_ptr_slot = kRdi},
+      {.symbol = "cudaMallocHost",
+       .layer = Layer::kCuda,
+       .args = {{"ptr", kRdi, ArgFormat::kOutPointer}, {"size", kRsi, ArgFormat::kSize}},
+       .bytes_slot = kRsi,
+       .out_slot = kRdi,
+       .memory = MemoryEffect::kHostAlloc},
+      {.symbol = "cudaFreeHost",
+       .layer = Layer::kCuda,
+       .args = {{"ptr", kRdi, ArgFormat::kPointer}},
+       .memory = MemoryEffect::kHostFree,
+       .memory_ptr_slot = kRdi},
+      {.symbol = "cudaMallocManaged",
+       .layer = Layer::kCuda,
+       .args = {{"devPtr", kRdi, ArgFormat::kOutPointer},
+                {"size", kRsi, ArgFormat::kSize},
+                {"flags", kRdx, ArgFormat::kUInt}},
+       .bytes_slot = kRsi,
+       .out_slot = kRdi,
+       .memory = MemoryEffect::kDeviceAlloc},
+      {.symbol = "cudaMallocAsync",
+       .layer = Layer::kCuda,
+       .args = {{"devPtr", kRdi, ArgFormat::kOutPointer},
+                {"size", kRsi, ArgFormat::kSize},
+                {"stream", kRdx, ArgFormat::kPointer}},
+       .bytes_slot = kRsi,
+       .out_slot = kRdi,
+       .memory = MemoryEffect::kDeviceAlloc},
+      {.symbol = "cudaFreeAsync",
+       .layer = Layer::kCuda,
+       .args = {{"devPtr", kRdi, ArgFormat::kPointer}, {"stream", kRsi, ArgFormat::kPointer}},
+       .memory = MemoryEffect::kDeviceFree,
+       .memory_ptr_slot = kRdi},
+      {.symbol = "cudaMemcpy",
+       .layer = Layer::kCuda,
+       .args = {{"dst", kRdi, ArgFormat::kPointer},
+                {"src", kRsi, ArgFormat::kPointer},
+                {"count", kRdx, ArgFormat::kSize},
+                {"kind", kRcx, ArgFormat::kMemcpyKind}},
+       .bytes_slot = kRdx},
+      {.symbol = "cudaMemcpyAsync",
+       .layer = Layer::kCuda,
+       .args = {{"dst", kRdi, ArgFormat::kPointer},
+                {"src", kRsi, ArgFormat::kPointer},
+                {"count", kRdx, ArgFormat::kSize},
+                {"kind", kRcx, ArgFormat::kMemcpyKind},
+                {"stream", kR8, ArgFormat::kPointer}},
+       .bytes_slot = kRdx},
+      {.symbol = "cudaMemset",
+       .layer = Layer::kCuda,
+       .args = {{"devPtr", kRdi, ArgFormat::kPointer},
+                {"value", kRsi, ArgFormat::kInt},
+                {"count", kRdx, ArgFormat::kSize}},
+       .bytes_slot = kRdx},
+      {.symbol = "cudaMemsetAsync",
+       .layer = Layer::kCuda,
+       .args = {{"devPtr", kRdi, ArgFormat::kPointer},
+                {"value", kRsi, ArgFormat::kInt},
+                {"count", kRdx, ArgFormat::kSize},
+                {"stream", kRcx, ArgFormat::kPointer}},
+       .bytes_slot = kRdx},
+      // cudaLaunchKernel(func, dim3 gridDim, dim3 blockDim, void** args, size_t sharedMem,
+      // cudaStream_t stream): the two dims take four registers, so sharedMem and stream are
+      // the first two stack arguments.
+      {.symbol = "cudaLaunchKernel",
+       .layer = Layer::kCuda,
+       .args = {{"func", kRdi, ArgFormat::kPointer},
+                {"gridDim", kRsi, ArgFormat::kDim3},
+                {"blockDim", kRcx, ArgFormat::kDim3},
+                {"args", kR9, ArgFormat::kPointer},
+                {"sharedMem", kStack0, ArgFormat::kSize},
+                {"stream", kStack1, ArgFormat::kPointer}}},
+      {.symbol = "cudaGraphLaunch",
+       .layer = Layer::kCuda,
+       .args = {{"graphExec", kRdi, ArgFormat::kPointer}, {"stream", kRsi, ArgFormat::kPointer}}},
+      {.symbol = "cudaStreamSynchronize",
+       .layer = Layer::kCuda,
+       .args = {{"stream", kRdi, ArgFormat::kPointer}}},
+      {.symbol = "cudaDeviceSynchronize", .layer = Layer::kCuda, .args = {}},
+      {.symbol = "cudaEventSynchronize",
+       .layer = Layer::kCuda,
+       .args = {{"event", kRdi, ArgFormat::kPointer}}},
+  };
+  return table;
+}
+
+constexpr std::pair<int64_t, std::string_view> kCudaErrors[] = {
+    // Values of enum cudaError from the CUDA runtime's driver_types.h.
+    {0, "cudaSuccess"},
+    {1, "cudaErrorInvalidValue"},
+    {2, "cudaErrorMemoryAllocation"},
+    {3, "cudaErrorInitializationError"},
+    {4, "cudaErrorCudartUnloading"},
+    {5, "cudaErrorProfilerDisabled"},
+    {6, "cudaErrorProfilerNotInitialized"},
+    {7, "cudaErrorProfilerAlreadyStarted"},
+    {8, "cudaErrorProfilerAlreadyStopped"},
+    {9, "cudaErrorInvalidConfiguration"},
+    {12, "cudaErrorInvalidPitchValue"},
+    {13, "cudaErrorInvalidSymbol"},
+    {16, "cudaErrorInvalidHostPointer"},
+    {17, "cudaErrorInvalidDevicePointer"},
+    {18, "cudaErrorInvalidTexture"},
+    {19, "cudaErrorInvalidTextureBinding"},
+    {20, "cudaErrorInvalidChannelDescriptor"},
+    {21, "cudaErrorInvalidMemcpyDirection"},
+    {22, "cudaErrorAddressOfConstant"},
+    {23, "cudaErrorTextureFetchFailed"},
+    {24, "cudaErrorTextureNotBound"},
+    {25, "cudaErrorSynchronizationError"},
+    {26, "cudaErrorInvalidFilterSetting"},
+    {27, "cudaErrorInvalidNormSetting"},
+    {28, "cudaErrorMixedDeviceExecution"},
+    {31, "cudaErrorNotYetImplemented"},
+    {32, "cudaErrorMemoryValueTooLarge"},
+    {34, "cudaErrorStubLibrary"},
+    {35, "cudaErrorInsufficientDriver"},
+    {36, "cudaErrorCallRequiresNewerDriver"},
+    {37, "cudaErrorInvalidSurface"},
+    {43, "cudaErrorDuplicateVariableName"},
+    {44, "cudaErrorDuplicateTextureName"},
+    {45, "cudaErrorDuplicateSurfaceName"},
+    {46, "cudaErrorDevicesUnavailable"},
+    {49, "cudaErrorIncompatibleDriverContext"},
+    {52, "cudaErrorMissingConfiguration"},
+    {53, "cudaErrorPriorLaunchFailure"},
+    {65, "cudaErrorLaunchMaxDepthExceeded"},
+    {66, "cudaErrorLaunchFileScopedTex"},
+    {67, "cudaErrorLaunchFileScopedSurf"},
+    {68, "cudaErrorSyncDepthExceeded"},
+    {69, "cudaErrorLaunchPendingCountExceeded"},
+    {98, "cudaErrorInvalidDeviceFunction"},
+    {100, "cudaErrorNoDevice"},
+    {101, "cudaErrorInvalidDevice"},
+    {102, "cudaErrorDeviceNotLicensed"},
+    {103, "cudaErrorSoftwareValidityNotEstablished"},
+    {127, "cudaErrorStartupFailure"},
+    {200, "cudaErrorInvalidKernelImage"},
+    {201, "cudaErrorDeviceUninitialized"},
+    {205, "cudaErrorMapBufferObjectFailed"},
+    {206, "cudaErrorUnmapBufferObjectFailed"},
+    {207, "cudaErrorArrayIsMapped"},
+    {208, "cudaErrorAlreadyMapped"},
+    {209, "cudaErrorNoKernelImageForDevice"},
+    {210, "cudaErrorAlreadyAcquired"},
+    {211, "cudaErrorNotMapped"},
+    {212, "cudaErrorNotMappedAsArray"},
+    {213, "cudaErrorNotMappedAsPointer"},
+    {214, "cudaErrorECCUncorrectable"},
+    {215, "cudaErrorUnsupportedLimit"},
+    {216, "cudaErrorDeviceAlreadyInUse"},
+    {217, "cudaErrorPeerAccessUnsupported"},
+    {218, "cudaErrorInvalidPtx"},
+    {219, "cudaErrorInvalidGraphicsContext"},
+    {220, "cudaErrorNvlinkUncorrectable"},
+    {221, "cudaErrorJitCompilerNotFound"},
+    {222, "cudaErrorUnsupportedPtxVersion"},
+    {223, "cudaErrorJitCompilationDisabled"},
+    {224, "cudaErrorUnsupportedExecAffinity"},
+    {225, "cudaErrorUnsupportedDevSideSync"},
+    {226, "cudaErrorContained"},
+    {300, "cudaErrorInvalidSource"},
+    {301, "cudaErrorFileNotFound"},
+    {302, "cudaErrorSharedObjectSymbolNotFound"},
+    {303, "cudaErrorSharedObjectInitFailed"},
+    {304, "cudaErrorOperatingSystem"},
+    {400, "cudaErrorInvalidResourceHandle"},
+    {401, "cudaErrorIllegalState"},
+    {402, "cudaErrorLossyQuery"},
+    {500, "cudaErrorSymbolNotFound"},
+    {600, "cudaErrorNotReady"},
+    {700, "cudaErrorIllegalAddress"},
+    {701, "cudaErrorLaunchOutOfResources"},
+    {702, "cudaErrorLaunchTimeout"},
+    {703, "cudaErrorLaunchIncompatibleTexturing"},
+    {704, "cudaErrorPeerAccessAlreadyEnabled"},
+    {705, "cudaErrorPeerAccessNotEnabled"},
+    {708, "cudaErrorSetOnActiveProcess"},
+    {709, "cudaErrorContextIsDestroyed"},
+    {710, "cudaErrorAssert"},
+    {711, "cudaErrorTooManyPeers"},
+    {712, "cudaErrorHostMemoryAlreadyRegistered"},
+    {713, "cudaErrorHostMemoryNotRegistered"},
+    {714, "cudaErrorHardwareStackError"},
+    {715, "cudaErrorIllegalInstruction"},
+    {716, "cudaErrorMisalignedAddress"},
+    {717, "cudaErrorInvalidAddressSpace"},
+    {718, "cudaErrorInvalidPc"},
+    {719, "cudaErrorLaunchFailure"},
+    {720, "cudaErrorCooperativeLaunchTooLarge"},
+    {721, "cudaErrorTensorMemoryLeak"},
+    {800, "cudaErrorNotPermitted"},
+    {801, "cudaErrorNotSupported"},
+    {802, "cudaErrorSystemNotReady"},
+    {803, "cudaErrorSystemDriverMismatch"},
+    {804, "cudaErrorCompatNotSupportedOnDevice"},
+    {805, "cudaErrorMpsConnectionFailed"},
+    {806, "cudaErrorMpsRpcFailure"},
+    {807, "cudaErrorMpsServerNotReady"},
+    {808, "cudaErrorMpsMaxClientsReached"},
+    {809, "cudaErrorMpsMaxConnectionsReached"},
+    {810, "cudaErrorMpsClientTerminated"},
+    {811, "cudaErrorCdpNotSupported"},
+    {812, "cudaErrorCdpVersionMismatch"},
+    {900, "cudaErrorStreamCaptureUnsupported"},
+    {901, "cudaErrorStreamCaptureInvalidated"},
+    {902, "cudaErrorStreamCaptureMerge"},
+    {903, "cudaErrorStreamCaptureUnmatched"},
+    {904, "cudaErrorStreamCaptureUnjoined"},
+    {905, "cudaErrorStreamCaptureIsolation"},
+    {906, "cudaErrorStreamCaptureImplicit"},
+    {907, "cudaErrorCapturedEvent"},
+    {908, "cudaErrorStreamCaptureWrongThread"},
+    {909, "cudaErrorTimeout"},
+    {910, "cudaErrorGraphExecUpdateFailure"},
+    {911, "cudaErrorExternalDevice"},
+    {912, "cudaErrorInvalidClusterSize"},
+    {913, "cudaErrorFunctionNotLoaded"},
+    {914, "cudaErrorInvalidResourceType"},
+    {915, "cudaErrorInvalidResourceConfiguration"},
+    {999, "cudaErrorUnknown"},
+};
+
+constexpr std::string_view kMemcpyKinds[] = {"cudaMemcpyHostToHost", "cudaMemcpyHostToDevice",
+                                             "cudaMemcpyDeviceToHost", "cudaMemcpyDeviceToDevice",
+                                             "cudaMemcpyDefault"};
+
+std::string dim3_text(uint64_t xy, uint64_t z) {
+  return fmt::format("({},{},{})", static_cast<uint32_t>(xy), static_cast<uint32_t>(xy >> 32),
+                     static_cast<uint32_t>(z));
+}
+
+}  // namespace
+
+std::string_view layer_name(Layer layer) {
+  switch (layer) {
+    case Layer::kCuda:
+      return "cuda";
+    case Layer::kNccl:
+      return "nccl";
+    case Layer::kTorch:
+      return "torch";
+    case Layer::kPython:
+      return "python";
+    case Layer::kOs:
+      return "os";
+  }
+  return "unknown";
+}
+
+std::optional<Layer> layer_from_name(std::string_view name) {
+  for (Layer layer : {Layer::kCuda, Layer::kNccl, Layer::kTorch, Layer::kPython, Layer::kOs}) {
+    if (layer_name(layer) == name) return layer;
+  }
+  return std::nullopt;
+}
+
+std::span<const ProbeSpec> probe_table(Layer layer) {
+  switch (layer) {
+    case Layer::kCuda:
+      return cuda_table();
+    default:
+      return {};
+  }
+}
+
+std::vector<DecodedArg> decode_args(const ProbeSpec& spec, const RawCall& call) {
+  std::vector<DecodedArg> out;
+  out.reserve(spec.args.size());
+  for (const ArgSpec& arg : spec.args) {
+    const uint64_t v = call.args[arg.slot];
+    DecodedArg d{.name = arg.name, .text = {}, .number = std::nullopt};
+    switch (arg.format) {
+      case ArgFormat::kInt:
+        d.number = static_cast<int32_t>(v);
+        d.text = std::to_string(*d.number);
+        break;
+      case ArgFormat::kUInt:
+      case ArgFormat::kSize:
+        d.number = static_cast<int64_t>(v);
+        d.text = std::to_string(v);
+        break;
+      case ArgFormat::kPointer:
+        d.text = fmt::format("{:#x}", v);
+        break;
+      case ArgFormat::kOutPointer:
+        // What the callee wrote through the pointer, e.g. the new allocation.
+        d.text = fmt::format("{:#x}", call.out_value);
+        break;
+      case ArgFormat::kMemcpyKind:
+        d.text = std::string(memcpy_kind_name(v));
+        break;
+      case ArgFormat::kDim3:
+        d.text = dim3_text(v, call.args[arg.slot + 1]);
+        break;
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+uint64_t call_bytes(const ProbeSpec& spec, const RawCall& call) {
+  return spec.bytes_slot == kNoSlot ? 0 : call.args[spec.bytes_slot];
+}
+
+std::string_view cuda_error_name(int64_t code) {
+  auto it = std::lower_bound(std::begin(kCudaErrors), std::end(kCudaErrors), code,
+                             [](const auto& e, int64_t c) { return e.first < c; });
+  if (it != std::end(kCudaErrors) && it->first == code) return it->second;
+  return "cudaErrorUnknownCode";
+}
+
+std::string_view memcpy_kind_name(uint64_t kind) {
+  return kind < std::size(kMemcpyKinds) ? kMemcpyKinds[kind] : "cudaMemcpyInvalidKind";
+}
+
+}  // namespace eacgm

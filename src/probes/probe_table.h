@@ -1,0 +1,87 @@
+// Probes are data: one row per traced function says where its arguments are,
+// how to show them, how many bytes the call moves and what it does to device
+// memory. The BPF side is generic (it captures the argument registers, two
+// stack words and one pointee at return); everything specific lives here.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bpf/events.h"
+
+namespace eacgm {
+
+enum class Layer : uint32_t {
+  kCuda = EACGM_LAYER_CUDA,
+  kNccl = EACGM_LAYER_NCCL,
+  kTorch = EACGM_LAYER_TORCH,
+  kPython = EACGM_LAYER_PYTHON,
+  kOs = EACGM_LAYER_OS,
+};
+
+std::string_view layer_name(Layer layer);
+std::optional<Layer> layer_from_name(std::string_view name);
+
+// Index into the captured words: registers rdi, rsi, rdx, rcx, r8, r9, then
+// the first and second stack words above the return address.
+enum Slot : uint8_t { kRdi = 0, kRsi, kRdx, kRcx, kR8, kR9, kStack0, kStack1, kNoSlot = 0xff };
+
+enum class ArgFormat : uint8_t {
+  kInt,         // signed 32-bit value
+  kUInt,        // unsigned 64-bit value
+  kPointer,     // shown as hex
+  kSize,        // byte count
+  kMemcpyKind,  // cudaMemcpyKind, shown by name
+  kDim3,        // a dim3 passed by value: x and y packed in `slot`, z in the next slot
+  kOutPointer,  // a T** whose pointee is read at return (shown as the value written)
+};
+
+struct ArgSpec {
+  std::string_view name;
+  Slot slot;
+  ArgFormat format;
+};
+
+enum class MemoryEffect : uint8_t { kNone, kDeviceAlloc, kDeviceFree, kHostAlloc, kHostFree };
+
+struct ProbeSpec {
+  std::string_view symbol;
+  Layer layer;
+  std::vector<ArgSpec> args;
+  Slot bytes_slot = kNoSlot;       // argument holding the bytes the call allocates or moves
+  Slot out_slot = kNoSlot;         // pointer argument whose pointee BPF reads at return
+  MemoryEffect memory = MemoryEffect::kNone;
+  Slot memory_ptr_slot = kNoSlot;  // for frees: the pointer being released
+  bool returns_status = true;      // return value is a 32-bit status code, 0 = success
+};
+
+// The rows of one layer; a row's index is its attach cookie and func_id.
+std::span<const ProbeSpec> probe_table(Layer layer);
+
+// A decoded argument, ready to be shown or stored.
+struct DecodedArg {
+  std::string_view name;
+  std::string text;       // human form: "0x7f12...", "cudaMemcpyHostToDevice", "(128,1,1)"
+  std::optional<int64_t> number;  // numeric form where the argument is a plain number
+};
+
+// What one finished call captured, as the BPF side reported it.
+struct RawCall {
+  std::array<uint64_t, EACGM_CALL_ARGS> args{};
+  uint64_t out_value = 0;
+  int64_t ret = 0;
+};
+
+std::vector<DecodedArg> decode_args(const ProbeSpec& spec, const RawCall& call);
+uint64_t call_bytes(const ProbeSpec& spec, const RawCall& call);
+
+// The CUDA runtime's name for an error code ("cudaErrorInsufficientDriver").
+std::string_view cuda_error_name(int64_t code);
+std::string_view memcpy_kind_name(uint64_t kind);
+
+}  // namespace eacgm

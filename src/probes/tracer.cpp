@@ -1,0 +1,261 @@
+#include "probes/tracer.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "probes/elf_symbols.h"
+#include "probes/skeletons.h"
+
+namespace eacgm {
+namespace {
+
+constexpr LayerLibrary kLayerLibraries[] = {
+    {Layer::kCuda, "libcudart.so"},
+};
+
+// libbpf's diagnostics are collected and shown only when loading fails (or
+// with --verbose): a user needs them to understand a BTF or verifier error.
+std::string& libbpf_log() {
+  static std::string log;
+  return log;
+}
+bool g_verbose = false;
+
+int collect_libbpf_output(enum libbpf_print_level level, const char* format, va_list args) {
+  if (level == LIBBPF_DEBUG && !g_verbose) return 0;
+  char line[1024];
+  const int n = vsnprintf(line, sizeof(line), format, args);
+  if (g_verbose) fputs(line, stderr);
+  std::string& log = libbpf_log();
+  if (log.size() < 64 * 1024) log += line;
+  return n;
+}
+
+std::string libbpf_error(std::string_view what, int err) {
+  std::string message = fmt::format("{}: {}", what, std::strerror(err < 0 ? -err : err));
+  const std::string& log = libbpf_log();
+  if (!log.empty()) {
+    // The last lines say why; the verifier's full dump is too long to be useful here.
+    const size_t keep = 2000;
+    message += "\nlibbpf said:\n" + (log.size() > keep ? "..." + log.substr(log.size() - keep) : log);
+  }
+  return message;
+}
+
+// The maps every layer object shares with the core object.
+template <typename Skel>
+int reuse_shared_maps(Skel* layer, eacgm_core* core) {
+  const std::pair<bpf_map*, bpf_map*> shared[] = {
+      {layer->maps.targets, core->maps.targets},
+      {layer->maps.events, core->maps.events},
+      {layer->maps.drops, core->maps.drops},
+      {layer->maps.call_stacks, core->maps.call_stacks},
+      {layer->maps.empty_stack, core->maps.empty_stack},
+  };
+  for (auto [mine, theirs] : shared) {
+    if (int err = bpf_map__reuse_fd(mine, bpf_map__fd(theirs)); err) return err;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::span<const LayerLibrary> layer_libraries() { return kLayerLibraries; }
+
+std::optional<Layer> library_layer(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  const std::string_view base = slash == std::string_view::npos ? path : path.substr(slash + 1);
+  for (const LayerLibrary& lib : kLayerLibraries) {
+    if (base.starts_with(lib.file_prefix)) return lib.layer;
+  }
+  return std::nullopt;
+}
+
+struct Tracer::Programs {
+  eacgm_core* core = nullptr;
+  eacgm_cuda* cuda = nullptr;
+  std::vector<bpf_link*> core_links;
+
+  ~Programs() {
+    for (bpf_link* link : core_links) bpf_link__destroy(link);
+    eacgm_cuda__destroy(cuda);
+    eacgm_core__destroy(core);
+  }
+};
+
+Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandler handler) {
+  static std::once_flag print_once;
+  std::call_once(print_once, [] { libbpf_set_print(collect_libbpf_output); });
+  g_verbose = options.verbose;
+  libbpf_log().clear();
+
+  std::unique_ptr<Tracer> tracer(new Tracer());
+  tracer->handler_ = std::move(handler);
+  tracer->multi_ = kernel_has_uprobe_multi();
+  tracer->programs_ = std::make_unique<Programs>();
+  Programs& p = *tracer->programs_;
+
+  LIBBPF_OPTS(bpf_object_open_opts, open_opts);
+  if (!options.btf_path.empty()) {
+    if (access(options.btf_path.c_str(), R_OK) != 0) {
+      return Error{fmt::format("cannot read kernel BTF {}: {}", options.btf_path,
+                               std::strerror(errno))};
+    }
+    open_opts.btf_custom_path = options.btf_path.c_str();
+  }
+
+  p.core = eacgm_core__open_opts(&open_opts);
+  if (!p.core) return Error{libbpf_error("cannot open the core BPF program", errno)};
+  p.core->rodata->stop_on_dlopen = options.stop_on_dlopen ? 1 : 0;
+  if (int err = eacgm_core__load(p.core); err) {
+    return Error{libbpf_error("cannot load the core BPF program (is the kernel BTF valid?)", err)};
+  }
+  for (bpf_program* prog : {p.core->progs.on_fork, p.core->progs.on_exec, p.core->progs.on_exit}) {
+    bpf_link* link = bpf_program__attach(prog);
+    if (!link) {
+      return Error{libbpf_error(
+          fmt::format("cannot attach tracepoint program {}", bpf_program__name(prog)), errno)};
+    }
+    p.core_links.push_back(link);
+  }
+
+  if (options.layers.contains(Layer::kCuda)) {
+    p.cuda = eacgm_cuda__open_opts(&open_opts);
+    if (!p.cuda) return Error{libbpf_error("cannot open the CUDA BPF program", errno)};
+    if (int err = reuse_shared_maps(p.cuda, p.core); err) {
+      return Error{libbpf_error("cannot share maps with the CUDA BPF program", err)};
+    }
+    std::span<const ProbeSpec> table = probe_table(Layer::kCuda);
+    for (size_t i = 0; i < EACGM_MAX_FUNCS; ++i) p.cuda->rodata->out_slot[i] = kNoSlot;
+    for (size_t i = 0; i < table.size(); ++i) p.cuda->rodata->out_slot[i] = table[i].out_slot;
+    if (tracer->multi_) {
+      const auto type = static_cast<bpf_attach_type>(kBpfTraceUprobeMulti);
+      bpf_program__set_expected_attach_type(p.cuda->progs.cuda_entry, type);
+      bpf_program__set_expected_attach_type(p.cuda->progs.cuda_return, type);
+    }
+    if (int err = eacgm_cuda__load(p.cuda); err) {
+      return Error{libbpf_error("cannot load the CUDA BPF program", err)};
+    }
+  }
+
+  tracer->ring_ = ring_buffer__new(
+      bpf_map__fd(p.core->maps.events),
+      [](void* ctx, void* data, size_t size) -> int {
+        auto* self = static_cast<Tracer*>(ctx);
+        self->handler_(std::span<const std::byte>(static_cast<const std::byte*>(data), size));
+        return 0;
+      },
+      tracer.get(), nullptr);
+  if (!tracer->ring_) return Error{libbpf_error("cannot open the ring buffer", errno)};
+  return tracer;
+}
+
+Tracer::~Tracer() {
+  probes_.clear();
+  ring_buffer__free(ring_);
+}
+
+Result<void> Tracer::add_target(uint32_t pid) {
+  const uint8_t one = 1;
+  if (bpf_map_update_elem(bpf_map__fd(programs_->core->maps.targets), &pid, &one, BPF_ANY) != 0) {
+    return Error{fmt::format("cannot add pid {} to the traced set: {}", pid, std::strerror(errno))};
+  }
+  return {};
+}
+
+Result<bool> Tracer::attach_library(Layer layer, const std::string& path) {
+  const std::optional<FileId> id = file_id(path);
+  if (!id) return Error{fmt::format("cannot stat {}: {}", path, std::strerror(errno))};
+  for (const TracedLibrary& lib : libraries_) {
+    if (lib.id == *id && lib.layer == layer) return false;
+  }
+  bpf_program* entry = nullptr;
+  bpf_program* ret = nullptr;
+  if (layer == Layer::kCuda && programs_->cuda) {
+    entry = programs_->cuda->progs.cuda_entry;
+    ret = programs_->cuda->progs.cuda_return;
+  }
+  if (!entry) return Error{fmt::format("layer {} is not enabled", layer_name(layer))};
+
+  auto symbols = read_function_symbols(path);
+  if (!symbols) return symbols.error();
+  std::map<std::string_view, uint64_t> offset_of;
+  for (const ElfSymbol& sym : *symbols) offset_of.emplace(sym.name, sym.file_offset);
+
+  // One probe per address: libraries export aliases (NCCL's weak nccl* of
+  // pnccl*), and two probes on one address would count each call twice.
+  std::vector<uint64_t> offsets;
+  std::vector<uint64_t> cookies;
+  std::set<uint64_t> seen;
+  std::span<const ProbeSpec> table = probe_table(layer);
+  for (size_t row = 0; row < table.size(); ++row) {
+    auto it = offset_of.find(table[row].symbol);
+    if (it == offset_of.end() || !seen.insert(it->second).second) continue;
+    offsets.push_back(it->second);
+    cookies.push_back(row);
+  }
+  if (offsets.empty()) {
+    return Error{fmt::format("{} exports none of the {} functions eacgm traces", path,
+                             layer_name(layer))};
+  }
+  for (auto [prog, is_return] : {std::pair{entry, false}, std::pair{ret, true}}) {
+    auto probe = multi_ ? AttachedProbe::attach_multi(prog, path, offsets, cookies, is_return)
+                        : AttachedProbe::attach_each(prog, path, offsets, cookies, is_return);
+    if (!probe) return probe.error();
+    probes_.push_back(std::move(*probe));
+  }
+  libraries_.push_back(TracedLibrary{layer, path, *id, offsets.size()});
+  return true;
+}
+
+Result<void> Tracer::attach_loader(const std::string& ld_so_path) {
+  auto symbols = read_function_symbols(ld_so_path);
+  if (!symbols) return symbols.error();
+  for (const ElfSymbol& sym : *symbols) {
+    if (sym.name != "_dl_debug_state") continue;
+    LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = false);
+    bpf_link* link = bpf_program__attach_uprobe_opts(programs_->core->progs.on_dl_debug_state, -1,
+                                                     ld_so_path.c_str(), sym.file_offset, &opts);
+    if (!link) {
+      return Error{fmt::format("cannot probe the dynamic loader {}: {}", ld_so_path,
+                               std::strerror(errno))};
+    }
+    programs_->core_links.push_back(link);
+    return {};
+  }
+  return Error{fmt::format("{} has no _dl_debug_state symbol", ld_so_path)};
+}
+
+int Tracer::poll(int timeout_ms) { return ring_buffer__poll(ring_, timeout_ms); }
+int Tracer::drain() { return ring_buffer__consume(ring_); }
+int Tracer::epoll_fd() const { return ring_buffer__epoll_fd(ring_); }
+
+uint64_t Tracer::dropped() const {
+  const int ncpu = libbpf_num_possible_cpus();
+  if (ncpu <= 0) return 0;
+  std::vector<uint64_t> per_cpu(static_cast<size_t>(ncpu));
+  const uint32_t key = 0;
+  if (bpf_map_lookup_elem(bpf_map__fd(programs_->core->maps.drops), &key, per_cpu.data()) != 0) {
+    return 0;
+  }
+  uint64_t total = 0;
+  for (uint64_t n : per_cpu) total += n;
+  return total;
+}
+
+void Tracer::detach_probes() {
+  probes_.clear();
+  // The loader probe too: nothing may stop a target once we stop listening.
+  for (bpf_link* link : programs_->core_links) bpf_link__destroy(link);
+  programs_->core_links.clear();
+}
+
+}  // namespace eacgm

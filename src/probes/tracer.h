@@ -1,0 +1,86 @@
+// The loaded BPF programs of every enabled layer, the target set, and the
+// libraries probed so far. Lifecycle as in libbpf-tools: open -> configure
+// -> load -> attach; destroying the Tracer detaches everything.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "probes/attached_probe.h"
+#include "probes/library_finder.h"
+#include "probes/probe_table.h"
+
+struct ring_buffer;
+
+namespace eacgm {
+
+// Which library files belong to which layer, by file name prefix.
+struct LayerLibrary {
+  Layer layer;
+  std::string_view file_prefix;
+};
+std::span<const LayerLibrary> layer_libraries();
+std::optional<Layer> library_layer(std::string_view path);
+
+struct TracedLibrary {
+  Layer layer;
+  std::string path;
+  FileId id;
+  size_t functions = 0;  // functions probed in this file
+};
+
+class Tracer {
+ public:
+  struct Options {
+    std::set<Layer> layers;
+    bool stop_on_dlopen = true;  // see core.bpf.c on_dl_debug_state
+    std::string btf_path;        // custom kernel BTF (tests); empty: the running kernel's
+    bool verbose = false;
+  };
+  using EventHandler = std::function<void(std::span<const std::byte>)>;
+
+  static Result<std::unique_ptr<Tracer>> open(const Options& options, EventHandler handler);
+  ~Tracer();
+  Tracer(const Tracer&) = delete;
+  Tracer& operator=(const Tracer&) = delete;
+
+  Result<void> add_target(uint32_t pid);
+  // Probes `path` for `layer` unless that file (by inode) is already probed.
+  // Returns whether it was newly probed.
+  Result<bool> attach_library(Layer layer, const std::string& path);
+  // Probes the dynamic loader's rendezvous function so targets stop after
+  // mapping a new library (see core.bpf.c).
+  Result<void> attach_loader(const std::string& ld_so_path);
+
+  // Waits up to timeout_ms for events and hands each to the handler.
+  // Returns the number consumed, or a negative errno.
+  int poll(int timeout_ms);
+  // Consumes whatever is in the ring buffer without waiting.
+  int drain();
+  int epoll_fd() const;
+  uint64_t dropped() const;  // failed reservations, all CPUs
+  const std::vector<TracedLibrary>& libraries() const { return libraries_; }
+  bool uses_uprobe_multi() const { return multi_; }
+  // Removes every uprobe now (the maps stay, so events already in the ring
+  // buffer can still be drained).
+  void detach_probes();
+
+ private:
+  Tracer() = default;
+  struct Programs;
+  std::unique_ptr<Programs> programs_;
+  ring_buffer* ring_ = nullptr;
+  EventHandler handler_;
+  bool multi_ = false;
+  std::vector<TracedLibrary> libraries_;
+  std::vector<std::unique_ptr<AttachedProbe>> probes_;
+};
+
+}  // namespace eacgm

@@ -1,0 +1,31 @@
+// Turns the raw bytes of one ring buffer record into a typed event. Pure:
+// no kernel, no I/O, so it is unit-tested and fuzzed on its own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+
+#include "common/result.h"
+#include "session/session.h"
+
+namespace eacgm {
+
+struct ProcEvent {
+  enum class Kind { kFork, kExec, kExit, kLoaderStop };
+  Kind kind = Kind::kFork;
+  uint32_t pid = 0;
+  uint32_t tid = 0;
+  uint32_t ppid = 0;   // kFork: the parent
+  int32_t status = 0;  // kExit: wait(2)-style status, (code << 8) | signal
+  uint64_t ts_ns = 0;
+  std::string comm;
+};
+
+using Event = std::variant<CallRecord, ProcEvent>;
+
+Result<Event> decode_event(std::span<const std::byte> data);
+
+}  // namespace eacgm

@@ -1,0 +1,77 @@
+#include "session/session.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace eacgm {
+
+uint64_t CallStats::percentile_ns(double p) const {
+  if (durations_ns.empty()) return 0;
+  // Nearest rank on a sorted copy: exact, and cheap next to the cost of
+  // having traced the calls in the first place.
+  std::vector<uint64_t> sorted = durations_ns;
+  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * sorted.size()));
+  const size_t index = std::clamp<size_t>(rank, 1, sorted.size()) - 1;
+  std::nth_element(sorted.begin(), sorted.begin() + index, sorted.end());
+  return sorted[index];
+}
+
+ProcessInfo& Session::process(uint32_t pid) {
+  ProcessInfo& info = processes[pid];
+  info.pid = pid;
+  return info;
+}
+
+const ProcessInfo* Session::find_process(uint32_t pid) const {
+  auto it = processes.find(pid);
+  return it == processes.end() ? nullptr : &it->second;
+}
+
+void Session::add_call(const CallRecord& call) {
+  LayerState& layer = layers[call.layer()];
+  CallStats& stats = layer.calls[std::string(call.name())];
+  ++stats.count;
+  stats.total_ns += call.duration_ns;
+  stats.durations_ns.push_back(call.duration_ns);
+  if (call.failed()) {
+    ++stats.errors;
+    ++stats.errors_by_code[call.raw.ret];
+    return;  // a failed call moved no bytes and changed no memory
+  }
+  stats.bytes += call.bytes();
+
+  const ProbeSpec& spec = *call.spec;
+  switch (spec.memory) {
+    case MemoryEffect::kDeviceAlloc: {
+      DeviceMemory& mem = device_memory[call.pid];
+      const uint64_t size = call.bytes();
+      // A pointer handed out twice means we missed its free (e.g. an API we
+      // do not trace released it): replace rather than double count.
+      if (auto it = mem.live.find(call.raw.out_value); it != mem.live.end()) {
+        mem.outstanding_bytes -= static_cast<int64_t>(it->second);
+      }
+      mem.live[call.raw.out_value] = size;
+      mem.outstanding_bytes += static_cast<int64_t>(size);
+      mem.peak_bytes = std::max(mem.peak_bytes, mem.outstanding_bytes);
+      break;
+    }
+    case MemoryEffect::kDeviceFree: {
+      const uint64_t ptr = call.raw.args[spec.memory_ptr_slot];
+      if (ptr == 0) break;  // cudaFree(nullptr) is a documented no-op
+      DeviceMemory& mem = device_memory[call.pid];
+      if (auto it = mem.live.find(ptr); it != mem.live.end()) {
+        mem.outstanding_bytes -= static_cast<int64_t>(it->second);
+        mem.live.erase(it);
+      } else {
+        ++mem.unmatched_frees;
+      }
+      break;
+    }
+    case MemoryEffect::kNone:
+    case MemoryEffect::kHostAlloc:
+    case MemoryEffect::kHostFree:
+      break;
+  }
+}
+
+}  // namespace eacgm

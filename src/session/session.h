@@ -1,0 +1,107 @@
+// The session model: everything a recording learned, independent of how it
+// was collected (live BPF or a recorded file) and of how it is written out.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "probes/probe_table.h"
+
+namespace eacgm {
+
+// One finished traced call, decoded from the ring buffer.
+struct CallRecord {
+  uint32_t pid = 0;
+  uint32_t tid = 0;
+  const ProbeSpec* spec = nullptr;  // row of the layer's probe table
+  uint32_t func_id = 0;
+  uint64_t start_ns = 0;  // CLOCK_MONOTONIC (bpf_ktime_get_ns)
+  uint64_t duration_ns = 0;
+  uint32_t depth = 0;
+  RawCall raw;
+
+  Layer layer() const { return spec->layer; }
+  std::string_view name() const { return spec->symbol; }
+  bool failed() const { return spec->returns_status && raw.ret != 0; }
+  uint64_t bytes() const { return call_bytes(*spec, raw); }
+};
+
+struct ProcessExit {
+  std::optional<int> code;    // exit status when it exited normally
+  std::optional<int> signal;  // terminating signal otherwise
+  bool core_dumped = false;
+  std::string cause;          // a sentence a person understands
+};
+
+struct ProcessInfo {
+  uint32_t pid = 0;
+  uint32_t ppid = 0;
+  std::string comm;
+  std::vector<std::string> cmdline;
+  std::optional<int> rank;
+  uint64_t start_ns = 0;  // monotonic; 0 when it was already running
+  uint64_t end_ns = 0;    // monotonic; 0 while alive
+  std::optional<ProcessExit> exit;
+  std::map<uint32_t, std::string> threads;  // tid -> thread name
+};
+
+// Aggregates of one API, operator or function.
+struct CallStats {
+  uint64_t count = 0;
+  uint64_t errors = 0;
+  uint64_t total_ns = 0;
+  uint64_t bytes = 0;
+  std::map<int64_t, uint64_t> errors_by_code;
+  std::vector<uint64_t> durations_ns;  // every duration, for exact percentiles
+
+  // Nearest-rank percentile (p in [0, 100]); 0 when empty.
+  uint64_t percentile_ns(double p) const;
+};
+
+// Device memory of one process: allocations matched to frees by pointer.
+struct DeviceMemory {
+  int64_t outstanding_bytes = 0;
+  int64_t peak_bytes = 0;
+  uint64_t unmatched_frees = 0;  // frees of pointers allocated before tracing began
+  std::unordered_map<uint64_t, uint64_t> live;  // pointer -> bytes
+};
+
+enum class LayerStatus { kActive, kUnavailable, kDisabled };
+
+struct LayerState {
+  LayerStatus status = LayerStatus::kDisabled;
+  std::string reason;                    // why unavailable or disabled
+  std::vector<std::string> libraries;    // files whose functions are probed
+  std::map<std::string, CallStats> calls;  // by symbol name
+};
+
+class Session {
+ public:
+  // Folds one call into the statistics and the memory model.
+  void add_call(const CallRecord& call);
+  ProcessInfo& process(uint32_t pid);
+  const ProcessInfo* find_process(uint32_t pid) const;
+
+  std::string version;
+  std::vector<std::string> command;  // record: the job's argv; attach: empty
+  std::vector<uint32_t> attached_pids;
+  std::optional<int> exit_code;      // the job's exit code (record)
+  uint64_t start_ns = 0;             // monotonic
+  uint64_t end_ns = 0;               // monotonic
+  int64_t realtime_offset_ns = 0;    // add to a monotonic time to get wall-clock ns
+  uint64_t events_recorded = 0;
+  uint64_t events_dropped = 0;       // ring buffer reservations that failed, all CPUs
+  bool interrupted = false;          // stopped by Ctrl-C or SIGTERM
+
+  std::map<uint32_t, ProcessInfo> processes;
+  std::map<Layer, LayerState> layers;
+  std::map<uint32_t, DeviceMemory> device_memory;  // by pid
+
+  double duration_s() const { return end_ns > start_ns ? (end_ns - start_ns) / 1e9 : 0.0; }
+};
+
+}  // namespace eacgm

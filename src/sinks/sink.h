@@ -1,0 +1,19 @@
+// A sink receives every call as it is decoded and the finished session at the
+// end. Sinks never see BPF structures; they write one output format each.
+#pragma once
+
+#include "common/result.h"
+#include "session/session.h"
+
+namespace eacgm {
+
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  virtual void on_call(const CallRecord& call) = 0;
+  // Called once, after the last call; the session holds processes, threads,
+  // exits and statistics. Must leave a complete, valid file behind.
+  virtual Result<void> finish(const Session& session) = 0;
+};
+
+}  // namespace eacgm

@@ -1,0 +1,198 @@
+#include "sinks/summary.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+namespace eacgm {
+namespace {
+
+std::string_view status_name(LayerStatus s) {
+  switch (s) {
+    case LayerStatus::kActive:
+      return "active";
+    case LayerStatus::kUnavailable:
+      return "unavailable";
+    case LayerStatus::kDisabled:
+      return "disabled";
+  }
+  return "disabled";
+}
+
+std::string error_name(Layer layer, int64_t code) {
+  if (layer == Layer::kCuda) return std::string(cuda_error_name(code));
+  return std::to_string(code);
+}
+
+// The key under which a layer lists its calls, as DESIGN.md names them.
+std::string_view calls_key(Layer layer) {
+  switch (layer) {
+    case Layer::kTorch:
+      return "ops";
+    case Layer::kPython:
+      return "functions";
+    default:
+      return "calls";
+  }
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.1f} {}", b, units[u]);
+}
+
+std::string human_ns(uint64_t ns) {
+  if (ns < 1000) return fmt::format("{} ns", ns);
+  if (ns < 1000000) return fmt::format("{:.1f} us", ns / 1e3);
+  if (ns < 1000000000) return fmt::format("{:.2f} ms", ns / 1e6);
+  return fmt::format("{:.2f} s", ns / 1e9);
+}
+
+}  // namespace
+
+nlohmann::json summary_json(const Session& s) {
+  using nlohmann::json;
+  json out;
+  out["version"] = s.version;
+  out["command"] = s.command;
+  out["exit_code"] = s.exit_code ? json(*s.exit_code) : json(nullptr);
+  out["duration_s"] = s.duration_s();
+  out["interrupted"] = s.interrupted;
+  out["events"] = {{"recorded", s.events_recorded}, {"dropped", s.events_dropped}};
+  out["clock"] = {{"domain", "CLOCK_MONOTONIC"}, {"realtime_offset_ns", s.realtime_offset_ns}};
+  if (!s.attached_pids.empty()) out["attached_pids"] = s.attached_pids;
+
+  json processes = json::array();
+  for (const auto& [pid, p] : s.processes) {
+    json proc = {{"pid", pid},
+                 {"ppid", p.ppid},
+                 {"comm", p.comm},
+                 {"cmdline", p.cmdline},
+                 {"rank", p.rank ? json(*p.rank) : json(nullptr)}};
+    if (p.exit) {
+      proc["exit"] = {{"code", p.exit->code ? json(*p.exit->code) : json(nullptr)},
+                      {"signal", p.exit->signal ? json(*p.exit->signal) : json(nullptr)},
+                      {"core_dumped", p.exit->core_dumped},
+                      {"cause", p.exit->cause}};
+    } else {
+      proc["exit"] = nullptr;  // still running when the session ended
+    }
+    processes.push_back(std::move(proc));
+  }
+  out["processes"] = std::move(processes);
+
+  json layers = json::object();
+  for (const auto& [layer, state] : s.layers) {
+    json l = {{"status", status_name(state.status)}};
+    if (!state.reason.empty()) l["reason"] = state.reason;
+    if (state.status == LayerStatus::kActive) {
+      l["libraries"] = state.libraries;
+      json calls = json::object();
+      for (const auto& [name, st] : state.calls) {
+        json c = {{"count", st.count},
+                  {"errors", st.errors},
+                  {"total_ns", st.total_ns},
+                  {"p50_ns", st.percentile_ns(50)},
+                  {"p99_ns", st.percentile_ns(99)},
+                  {"bytes", st.bytes}};
+        if (!st.errors_by_code.empty()) {
+          json by_code = json::object();
+          for (auto [code, n] : st.errors_by_code) by_code[error_name(layer, code)] = n;
+          c["errors_by_code"] = std::move(by_code);
+        }
+        calls[name] = std::move(c);
+      }
+      l[calls_key(layer)] = std::move(calls);
+    }
+    layers[std::string(layer_name(layer))] = std::move(l);
+  }
+  out["layers"] = std::move(layers);
+
+  json outstanding = json::object();
+  json peak = json::object();
+  for (const auto& [pid, mem] : s.device_memory) {
+    outstanding[std::to_string(pid)] = mem.outstanding_bytes;
+    peak[std::to_string(pid)] = mem.peak_bytes;
+  }
+  out["memory"] = {{"outstanding_device_bytes", std::move(outstanding)},
+                   {"peak_device_bytes", std::move(peak)}};
+  out["anomalies"] = json::array();
+  return out;
+}
+
+Result<void> write_summary(const Session& session, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    if (!f) return Error{fmt::format("cannot write {}: {}", tmp, std::strerror(errno))};
+    f << summary_json(session).dump(2) << '\n';
+    if (!f.flush()) return Error{fmt::format("cannot write {}: {}", tmp, std::strerror(errno))};
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Error{fmt::format("cannot rename {} to {}: {}", tmp, path, std::strerror(errno))};
+  }
+  return {};
+}
+
+std::string text_report(const Session& s) {
+  std::string out;
+  auto line = [&out](std::string_view text) {
+    out += text;
+    out += '\n';
+  };
+  line(fmt::format("eacgm session: {:.2f} s, {} events recorded, {} dropped{}", s.duration_s(),
+                   s.events_recorded, s.events_dropped, s.interrupted ? " (interrupted)" : ""));
+  if (s.events_dropped > 0) {
+    line(fmt::format("  WARNING: {} events were lost (ring buffer full); counts are low by that much",
+                     s.events_dropped));
+  }
+  for (const auto& [layer, state] : s.layers) {
+    if (state.status != LayerStatus::kActive) {
+      line(fmt::format("\n[{}] {}{}", layer_name(layer), status_name(state.status),
+                       state.reason.empty() ? "" : ": " + state.reason));
+      continue;
+    }
+    line(fmt::format("\n[{}] {} {} traced", layer_name(layer), state.libraries.size(),
+                     state.libraries.size() == 1 ? "library" : "libraries"));
+    if (state.calls.empty()) {
+      line("  no calls");
+      continue;
+    }
+    line(fmt::format("  {:<24} {:>9} {:>7} {:>11} {:>11} {:>11} {:>11}", "api", "count", "errors",
+                     "total", "p50", "p99", "bytes"));
+    for (const auto& [name, st] : state.calls) {
+      line(fmt::format("  {:<24} {:>9} {:>7} {:>11} {:>11} {:>11} {:>11}", name, st.count,
+                       st.errors, human_ns(st.total_ns), human_ns(st.percentile_ns(50)),
+                       human_ns(st.percentile_ns(99)), st.bytes ? human_bytes(st.bytes) : "-"));
+      for (auto [code, n] : st.errors_by_code) {
+        line(fmt::format("      {} x {} ({})", n, error_name(layer, code), code));
+      }
+    }
+  }
+  if (!s.device_memory.empty()) {
+    line("\ndevice memory outstanding at end (peak):");
+    for (const auto& [pid, mem] : s.device_memory) {
+      const ProcessInfo* p = s.find_process(pid);
+      line(fmt::format("  pid {:<8} {:<16} {:>11} ({})", pid, p ? p->comm : "?",
+                       human_bytes(static_cast<double>(mem.outstanding_bytes)),
+                       human_bytes(static_cast<double>(mem.peak_bytes))));
+    }
+  }
+  line("\nprocesses:");
+  for (const auto& [pid, p] : s.processes) {
+    line(fmt::format("  pid {:<8} {:<16}{} {}", pid, p.comm,
+                     p.rank ? fmt::format(" rank {}", *p.rank) : "",
+                     p.exit ? p.exit->cause : "still running"));
+  }
+  return out;
+}
+
+}  // namespace eacgm

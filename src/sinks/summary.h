@@ -1,0 +1,18 @@
+// summary.json (the contract in DESIGN.md: extend freely, never break) and
+// the human-readable report printed at the end of a session.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/result.h"
+#include "session/session.h"
+
+namespace eacgm {
+
+nlohmann::json summary_json(const Session& session);
+// Written to a temporary file and renamed, so a reader never sees half a summary.
+Result<void> write_summary(const Session& session, const std::string& path);
+std::string text_report(const Session& session);
+
+}  // namespace eacgm

@@ -1,0 +1,215 @@
+"""bpf: load the real BPF programs as root, run programs that make known CUDA
+runtime calls, and assert exactly what eacgm recorded: counts, decoded
+arguments, return codes, memory, processes."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from eacgm_testlib import (BASIC_SEQUENCE, CUDA_CALLS, REAL_CUDART, SIM_CUDART, EacgmTest,  # noqa: E402
+                           require_root, uprobe_multi_links, wait_for_line, EACGM)
+
+
+def printed_calls(stdout):
+    """cuda_calls prints `call NAME ret=CODE` for every call it makes."""
+    calls = []
+    for line in stdout.splitlines():
+        if line.startswith("call "):
+            name, ret = line.split()[1], int(line.split("ret=")[1])
+            calls.append((name, ret))
+    return calls
+
+
+class SimulatedRuntime(EacgmTest):
+    def setUp(self):
+        require_root(self)
+        super().setUp()
+
+    def test_basic_sequence_counts_bytes_and_memory(self):
+        s = self.record([CUDA_CALLS, "--lib", SIM_CUDART])
+        self.assertEqual(s.returncode, 0, s.stderr)
+        self.assertEqual([n for n, _ in printed_calls(s.stdout)], BASIC_SEQUENCE)
+        expected = {name: BASIC_SEQUENCE.count(name) for name in BASIC_SEQUENCE}
+        self.assertEqual({k: v["count"] for k, v in s.calls().items()}, expected)
+        for name, stats in s.calls().items():
+            self.assertEqual(stats["errors"], 0, name)
+            self.assertGreater(stats["p99_ns"], 0, name)
+            self.assertGreaterEqual(stats["p99_ns"], stats["p50_ns"], name)
+        self.assertEqual(s.calls()["cudaMalloc"]["bytes"], 1048576 + 2097152 + 4096)
+        self.assertEqual(s.calls()["cudaMemcpy"]["bytes"], 4096)
+        self.assertEqual(s.calls()["cudaMemset"]["bytes"], 512)
+        self.assertEqual(s.summary["events"], {"recorded": 10, "dropped": 0})
+        self.assertEqual(s.summary["exit_code"], 0)
+        pid = s.summary["processes"][0]["pid"]
+        self.assertEqual(s.summary["memory"]["outstanding_device_bytes"], {str(pid): 4096})
+        self.assertEqual(s.summary["memory"]["peak_device_bytes"], {str(pid): 1048576 + 2097152 + 4096})
+        self.assertEqual(s.summary["layers"]["cuda"]["status"], "active")
+        self.assertSessionComplete(s)
+
+    def test_decoded_arguments(self):
+        s = self.record([CUDA_CALLS, "--lib", SIM_CUDART])
+        self.assertEqual(s.returncode, 0, s.stderr)
+        import json
+        (args,) = s.rows("SELECT args FROM calls WHERE name='cudaLaunchKernel'")[0]
+        args = json.loads(args)
+        self.assertEqual(args["gridDim"], "(4,2,1)")
+        self.assertEqual(args["blockDim"], "(128,1,1)")
+        self.assertEqual(args["sharedMem"], 256)
+        self.assertEqual(args["stream"], "0x5678")
+        self.assertEqual(args["func"], "0x1234")
+        (args,) = s.rows("SELECT args FROM calls WHERE name='cudaMemcpy'")[0]
+        args = json.loads(args)
+        self.assertEqual(args["kind"], "cudaMemcpyHostToDevice")
+        self.assertEqual(args["count"], 4096)
+        (args,) = s.rows("SELECT args FROM calls WHERE name='cudaMemset'")[0]
+        self.assertEqual(json.loads(args)["value"], 7)
+        # The pointers cudaMalloc returned are the ones cudaFree released.
+        mallocs = [json.loads(a)["devPtr"] for (a,) in
+                   s.rows("SELECT args FROM calls WHERE name='cudaMalloc' ORDER BY start_ns")]
+        frees = [json.loads(a)["devPtr"] for (a,) in
+                 s.rows("SELECT args FROM calls WHERE name='cudaFree' ORDER BY start_ns")]
+        self.assertEqual(frees, mallocs[:2])
+        self.assertTrue(all(int(p, 16) != 0 for p in mallocs))
+
+    def test_library_loaded_late_from_an_unlisted_path(self):
+        # A copy outside every search path, opened after a delay: only the
+        # loader probe can find it, and it must be traced from its first call.
+        hidden = os.path.join(self.tmp, "vendor", "libcudart.so.13")
+        os.makedirs(os.path.dirname(hidden))
+        shutil.copy(SIM_CUDART, hidden)
+        s = self.record([CUDA_CALLS, "--lib", hidden, "--late-ms", "300"])
+        self.assertEqual(s.returncode, 0, s.stderr)
+        self.assertEqual(s.count("cudaMalloc"), 3)
+        self.assertEqual(sum(v["count"] for v in s.calls().values()), len(BASIC_SEQUENCE))
+        self.assertIn(hidden, "\n".join(s.summary["layers"]["cuda"]["libraries"]))
+
+    def test_child_process_is_traced(self):
+        s = self.record([CUDA_CALLS, "--lib", SIM_CUDART, "--fork"])
+        self.assertEqual(s.returncode, 0, s.stderr)
+        pids = [p["pid"] for p in s.summary["processes"]]
+        self.assertEqual(len(pids), 2)
+        per_pid = dict(s.rows("SELECT pid, COUNT(*) FROM calls GROUP BY pid"))
+        self.assertEqual(per_pid, {pid: len(BASIC_SEQUENCE) for pid in pids})
+        child = [p for p in s.summary["processes"] if p["ppid"] in pids][0]
+        self.assertEqual(child["exit"]["code"], 0)
+        self.assertEqual(s.summary["memory"]["outstanding_device_bytes"],
+                         {str(pid): 4096 for pid in pids})
+
+    def test_two_copies_of_the_library(self):
+        copy = os.path.join(self.tmp, "other", "libcudart.so.13")
+        os.makedirs(os.path.dirname(copy))
+        shutil.copy(SIM_CUDART, copy)
+        script = f"{CUDA_CALLS} --lib {SIM_CUDART} && {CUDA_CALLS} --lib {copy}"
+        s = self.record(["/bin/sh", "-c", script])
+        self.assertEqual(s.returncode, 0, s.stderr)
+        self.assertEqual(s.count("cudaMalloc"), 6)
+        libs = "\n".join(s.summary["layers"]["cuda"]["libraries"])
+        self.assertIn(copy, libs)
+
+    def test_crashing_target_keeps_what_was_collected(self):
+        s = self.record([CUDA_CALLS, "--lib", SIM_CUDART, "--crash"])
+        self.assertEqual(s.returncode, 128 + signal.SIGSEGV, s.stderr)
+        proc = s.summary["processes"][0]
+        self.assertEqual(proc["exit"]["signal"], signal.SIGSEGV)
+        self.assertIn("SIGSEGV", proc["exit"]["cause"])
+        self.assertEqual(sum(v["count"] for v in s.calls().values()), len(BASIC_SEQUENCE))
+        self.assertSessionComplete(s)
+
+    def test_error_codes_from_scripted_faults(self):
+        script = os.path.join(self.tmp, "faults.txt")
+        with open(script, "w") as f:
+            f.write("fail cudaMalloc nth=2 error=2\n")
+        env = dict(os.environ, SIMGPU_SCRIPT=script)
+        s = self.record([CUDA_CALLS, "--lib", SIM_CUDART], env=env)
+        self.assertEqual(s.returncode, 0, s.stderr)
+        m = s.calls()["cudaMalloc"]
+        self.assertEqual((m["count"], m["errors"]), (3, 1))
+        self.assertEqual(m["errors_by_code"], {"cudaErrorMemoryAllocation": 1})
+        self.assertEqual(m["bytes"], 1048576 + 4096)  # the failed one allocated nothing
+        self.assertIn("cudaErrorMemoryAllocation", s.stdout)
+
+    def test_ctrl_c_forwards_and_writes_a_complete_session(self):
+        out, p = self.start_record([CUDA_CALLS, "--lib", SIM_CUDART, "--sequence", "loop",
+                                    "--count", "1000000000"])
+        time.sleep(1.5)
+        p.send_signal(signal.SIGINT)
+        s = self.finish(out, p)
+        self.assertEqual(s.returncode, 128 + signal.SIGINT, s.stderr)
+        self.assertTrue(s.summary["interrupted"])
+        self.assertEqual(s.summary["processes"][0]["exit"]["signal"], signal.SIGINT)
+        mallocs, frees = s.count("cudaMalloc"), s.count("cudaFree")
+        self.assertGreater(mallocs, 100)
+        self.assertLessEqual(abs(mallocs - frees), 1)
+        self.assertSessionComplete(s)
+
+    def test_second_ctrl_c_stops_at_once(self):
+        ignore = ("import signal,time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                  "time.sleep(60)")
+        out, p = self.start_record(["/usr/bin/python3.11", "-c", ignore])
+        time.sleep(1.0)
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        started = time.time()
+        p.send_signal(signal.SIGINT)
+        s = self.finish(out, p, timeout=10)
+        self.assertLess(time.time() - started, 5)
+        self.assertEqual(s.returncode, 130)
+        self.assertTrue(s.summary["interrupted"])
+        subprocess.run(["pkill", "-f", "SIG_IGN"], check=False)
+
+    def test_attach_to_running_process(self):
+        before = uprobe_multi_links()
+        target = subprocess.Popen([CUDA_CALLS, "--lib", SIM_CUDART, "--wait-signal"],
+                                  stdout=subprocess.PIPE, text=True)
+        wait_for_line(target.stdout, "ready")
+        out = self.out()
+        attach = subprocess.Popen([EACGM, "attach", "-p", str(target.pid), "-d", "20", "-o", out],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for_line(attach.stderr, "eacgm: attached")
+        target.send_signal(signal.SIGUSR1)
+        self.assertEqual(target.wait(timeout=10), 0)
+        s = self.finish(out, attach)
+        self.assertEqual(s.returncode, 0, s.stderr)
+        self.assertEqual(s.count("cudaMalloc"), 3)
+        self.assertEqual(sum(v["count"] for v in s.calls().values()), len(BASIC_SEQUENCE))
+        self.assertEqual(s.process(target.pid)["exit"]["code"], 0)
+        self.assertEqual(uprobe_multi_links(), before, "probes left behind after attach")
+
+
+class RealNvidiaRuntime(EacgmTest):
+    """The real libcudart from /usr/local/cuda: no GPU here, so every call
+    fails with cudaErrorInsufficientDriver (35), and that code is captured."""
+
+    def setUp(self):
+        require_root(self)
+        if not os.path.exists(REAL_CUDART):
+            self.skipTest(f"{REAL_CUDART} not installed")
+        super().setUp()
+
+    def test_every_call_and_return_code_is_captured(self):
+        s = self.record([CUDA_CALLS, "--lib", REAL_CUDART])
+        self.assertEqual(s.returncode, 0, s.stderr)
+        printed = printed_calls(s.stdout)
+        self.assertEqual([n for n, _ in printed], BASIC_SEQUENCE)
+        for name in set(BASIC_SEQUENCE):
+            codes = [r for n, r in printed if n == name]
+            stats = s.calls()[name]
+            self.assertEqual(stats["count"], len(codes), name)
+            self.assertEqual(stats["errors"], sum(1 for r in codes if r != 0), name)
+        rets = sorted(r for (r,) in s.rows("SELECT ret FROM calls"))
+        self.assertEqual(rets, sorted(r for _, r in printed))
+        self.assertIn(35, rets)
+        (err,) = s.rows("SELECT error FROM calls WHERE ret=35 LIMIT 1")[0]
+        self.assertEqual(err, "cudaErrorInsufficientDriver")
+        import json
+        (args,) = s.rows("SELECT args FROM calls WHERE name='cudaLaunchKernel'")[0]
+        self.assertEqual(json.loads(args)["gridDim"], "(4,2,1)")
+        self.assertEqual(json.loads(args)["stream"], "0x5678")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

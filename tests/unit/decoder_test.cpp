@@ -1,0 +1,155 @@
+// The ring buffer decoder and the CUDA probe table: what a BPF record turns
+// into, argument by argument, and what malformed records are rejected.
+#include "reader/decoder.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace eacgm {
+namespace {
+
+size_t cuda_row(std::string_view symbol) {
+  auto table = probe_table(Layer::kCuda);
+  for (size_t i = 0; i < table.size(); ++i) {
+    if (table[i].symbol == symbol) return i;
+  }
+  ADD_FAILURE() << symbol << " not in the CUDA table";
+  return 0;
+}
+
+std::vector<std::byte> bytes_of(const void* p, size_t n) {
+  std::vector<std::byte> out(n);
+  std::memcpy(out.data(), p, n);
+  return out;
+}
+
+eacgm_call launch_kernel_record() {
+  eacgm_call c{};
+  c.hdr = {EACGM_EV_CALL, 100, 101, EACGM_LAYER_CUDA, 5000};
+  c.duration_ns = 1234;
+  c.func_id = static_cast<uint32_t>(cuda_row("cudaLaunchKernel"));
+  c.args[kRdi] = 0x1234;
+  c.args[kRsi] = (uint64_t{2} << 32) | 4;  // grid x=4, y=2
+  c.args[kRdx] = 1;                        // grid z
+  c.args[kRcx] = (uint64_t{1} << 32) | 128;  // block x=128, y=1
+  c.args[kR8] = 1;                         // block z
+  c.args[kR9] = 0xabc;
+  c.args[kStack0] = 256;
+  c.args[kStack1] = 0x5678;
+  c.ret = 0xffffffff00000000ull;  // garbage above the 32-bit status: still success
+  return c;
+}
+
+TEST(Decoder, LaunchKernelArgumentsFromRegistersAndStack) {
+  eacgm_call c = launch_kernel_record();
+  auto event = decode_event(bytes_of(&c, sizeof(c)));
+  ASSERT_TRUE(event.ok()) << event.error().message;
+  const CallRecord& call = std::get<CallRecord>(*event);
+  EXPECT_EQ(call.pid, 100u);
+  EXPECT_EQ(call.tid, 101u);
+  EXPECT_EQ(call.name(), "cudaLaunchKernel");
+  EXPECT_EQ(call.start_ns, 5000u);
+  EXPECT_EQ(call.duration_ns, 1234u);
+  EXPECT_FALSE(call.failed());
+  std::map<std::string, std::string> args;
+  for (const DecodedArg& a : decode_args(*call.spec, call.raw)) args[std::string(a.name)] = a.text;
+  EXPECT_EQ(args["func"], "0x1234");
+  EXPECT_EQ(args["gridDim"], "(4,2,1)");
+  EXPECT_EQ(args["blockDim"], "(128,1,1)");
+  EXPECT_EQ(args["args"], "0xabc");
+  EXPECT_EQ(args["sharedMem"], "256");
+  EXPECT_EQ(args["stream"], "0x5678");
+}
+
+TEST(Decoder, StatusIsSignExtendedFrom32Bits) {
+  eacgm_call c = launch_kernel_record();
+  c.ret = 0x00000000ffffffffull;  // (int)-1
+  auto event = decode_event(bytes_of(&c, sizeof(c)));
+  ASSERT_TRUE(event.ok());
+  EXPECT_EQ(std::get<CallRecord>(*event).raw.ret, -1);
+  EXPECT_TRUE(std::get<CallRecord>(*event).failed());
+}
+
+TEST(Decoder, MallocOutPointerAndBytes) {
+  eacgm_call c{};
+  c.hdr = {EACGM_EV_CALL, 1, 1, EACGM_LAYER_CUDA, 1};
+  c.func_id = static_cast<uint32_t>(cuda_row("cudaMalloc"));
+  c.args[kRdi] = 0x7ffd0000;  // &devPtr on the caller's stack
+  c.args[kRsi] = 1 << 20;
+  c.out_value = 0x7e0000000100;
+  auto event = decode_event(bytes_of(&c, sizeof(c)));
+  ASSERT_TRUE(event.ok());
+  const CallRecord& call = std::get<CallRecord>(*event);
+  EXPECT_EQ(call.bytes(), 1u << 20);
+  auto args = decode_args(*call.spec, call.raw);
+  ASSERT_EQ(args.size(), 2u);
+  EXPECT_EQ(args[0].text, "0x7e0000000100");
+  EXPECT_EQ(args[1].number, 1 << 20);
+}
+
+TEST(Decoder, ProcessExit) {
+  eacgm_proc p{};
+  p.hdr = {EACGM_EV_PROC_EXIT, 42, 43, 0, 99};
+  p.exit_code = 11;  // killed by SIGSEGV
+  std::memcpy(p.comm, "python3", 7);
+  auto event = decode_event(bytes_of(&p, sizeof(p)));
+  ASSERT_TRUE(event.ok());
+  const ProcEvent& e = std::get<ProcEvent>(*event);
+  EXPECT_EQ(e.kind, ProcEvent::Kind::kExit);
+  EXPECT_EQ(e.pid, 42u);
+  EXPECT_EQ(e.status, 11);
+  EXPECT_EQ(e.comm, "python3");
+}
+
+TEST(Decoder, RejectsTruncatedUnknownAndOutOfTableRecords) {
+  eacgm_call c = launch_kernel_record();
+  auto bytes = bytes_of(&c, sizeof(c));
+  EXPECT_FALSE(decode_event(std::span(bytes).first(10)).ok());
+  EXPECT_FALSE(decode_event(std::span(bytes).first(sizeof(c) - 1)).ok());
+  c.func_id = 100000;
+  EXPECT_FALSE(decode_event(bytes_of(&c, sizeof(c))).ok());
+  c = launch_kernel_record();
+  c.hdr.kind = 77;
+  auto bad = decode_event(bytes_of(&c, sizeof(c)));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("unknown event kind 77"), std::string::npos);
+}
+
+TEST(Decoder, RandomBytesNeverCrash) {
+  std::mt19937 rng(7);
+  for (int i = 0; i < 20000; ++i) {
+    std::vector<std::byte> data(rng() % 200);
+    for (auto& b : data) b = static_cast<std::byte>(rng());
+    if (data.size() >= 4 && rng() % 2) {
+      const uint32_t kind = 1 + rng() % 5;
+      std::memcpy(data.data(), &kind, 4);
+    }
+    (void)decode_event(data);
+  }
+}
+
+TEST(ProbeTable, NamesAndErrors) {
+  EXPECT_EQ(cuda_error_name(0), "cudaSuccess");
+  EXPECT_EQ(cuda_error_name(2), "cudaErrorMemoryAllocation");
+  EXPECT_EQ(cuda_error_name(35), "cudaErrorInsufficientDriver");
+  EXPECT_EQ(cuda_error_name(100), "cudaErrorNoDevice");
+  EXPECT_EQ(cuda_error_name(123456), "cudaErrorUnknownCode");
+  EXPECT_EQ(memcpy_kind_name(1), "cudaMemcpyHostToDevice");
+  EXPECT_EQ(memcpy_kind_name(9), "cudaMemcpyInvalidKind");
+  EXPECT_EQ(layer_from_name("cuda"), Layer::kCuda);
+  EXPECT_FALSE(layer_from_name("gpux").has_value());
+  // Every function the foundation issue names has a row.
+  for (std::string_view f :
+       {"cudaMalloc", "cudaFree", "cudaMallocHost", "cudaFreeHost", "cudaMallocManaged",
+        "cudaMallocAsync", "cudaFreeAsync", "cudaMemcpy", "cudaMemcpyAsync", "cudaMemset",
+        "cudaMemsetAsync", "cudaLaunchKernel", "cudaGraphLaunch", "cudaStreamSynchronize",
+        "cudaDeviceSynchronize", "cudaEventSynchronize"}) {
+    cuda_row(f);
+  }
+}
+
+}  // namespace
+}  // namespace eacgm

@@ -1,0 +1,111 @@
+// The session model: statistics, device memory bookkeeping, and the
+// summary.json contract built from them.
+#include "session/session.h"
+
+#include <gtest/gtest.h>
+
+#include "sinks/summary.h"
+
+namespace eacgm {
+namespace {
+
+const ProbeSpec& row(std::string_view symbol) {
+  for (const ProbeSpec& s : probe_table(Layer::kCuda)) {
+    if (s.symbol == symbol) return s;
+  }
+  throw std::runtime_error("no row");
+}
+
+CallRecord call(std::string_view symbol, uint32_t pid, uint64_t dur, uint64_t a0, uint64_t a1,
+                uint64_t out = 0, int64_t ret = 0) {
+  CallRecord c;
+  c.pid = pid;
+  c.tid = pid;
+  c.spec = &row(symbol);
+  c.duration_ns = dur;
+  c.raw.args[0] = a0;
+  c.raw.args[1] = a1;
+  c.raw.out_value = out;
+  c.raw.ret = ret;
+  return c;
+}
+
+TEST(CallStats, NearestRankPercentiles) {
+  CallStats s;
+  for (uint64_t i = 1; i <= 100; ++i) s.durations_ns.push_back(i);
+  EXPECT_EQ(s.percentile_ns(50), 50u);
+  EXPECT_EQ(s.percentile_ns(99), 99u);
+  EXPECT_EQ(s.percentile_ns(100), 100u);
+  EXPECT_EQ(s.percentile_ns(0), 1u);
+  EXPECT_EQ(CallStats{}.percentile_ns(50), 0u);
+}
+
+TEST(Session, DeviceMemoryMatchesFreesToAllocationsByPointer) {
+  Session s;
+  s.add_call(call("cudaMalloc", 7, 10, 0x100, 1000, 0xA000));
+  s.add_call(call("cudaMalloc", 7, 10, 0x100, 500, 0xB000));
+  s.add_call(call("cudaFree", 7, 10, 0xA000, 0));
+  s.add_call(call("cudaFree", 7, 10, 0xDEAD, 0));  // allocated before tracing began
+  s.add_call(call("cudaFree", 7, 10, 0, 0));       // cudaFree(nullptr): no-op
+  s.add_call(call("cudaMalloc", 7, 10, 0x100, 9999, 0, 2));  // failed: allocates nothing
+  s.add_call(call("cudaMallocHost", 7, 10, 0x100, 4096, 0xC000));  // host memory: not device
+  const DeviceMemory& m = s.device_memory.at(7);
+  EXPECT_EQ(m.outstanding_bytes, 500);
+  EXPECT_EQ(m.peak_bytes, 1500);
+  EXPECT_EQ(m.unmatched_frees, 1u);
+  const CallStats& malloc_stats = s.layers[Layer::kCuda].calls["cudaMalloc"];
+  EXPECT_EQ(malloc_stats.count, 3u);
+  EXPECT_EQ(malloc_stats.errors, 1u);
+  EXPECT_EQ(malloc_stats.bytes, 1500u);
+  EXPECT_EQ(malloc_stats.errors_by_code.at(2), 1u);
+}
+
+TEST(Summary, FollowsTheContract) {
+  Session s;
+  s.version = "1.0";
+  s.command = {"python", "train.py"};
+  s.exit_code = 0;
+  s.start_ns = 1'000'000'000;
+  s.end_ns = 2'500'000'000;
+  s.events_recorded = 3;
+  s.events_dropped = 1;
+  ProcessInfo& p = s.process(42);
+  p.comm = "python";
+  p.rank = 1;
+  p.exit = ProcessExit{.code = 0, .signal = std::nullopt, .core_dumped = false, .cause = "exited normally"};
+  s.layers[Layer::kCuda].status = LayerStatus::kActive;
+  s.add_call(call("cudaMalloc", 42, 100, 0x1, 64, 0xA0));
+  s.add_call(call("cudaMalloc", 42, 300, 0x1, 64, 0, 2));
+  s.add_call(call("cudaMemcpy", 42, 200, 0xA0, 0x1));
+
+  const nlohmann::json j = summary_json(s);
+  EXPECT_EQ(j["version"], "1.0");
+  EXPECT_EQ(j["command"], nlohmann::json({"python", "train.py"}));
+  EXPECT_EQ(j["exit_code"], 0);
+  EXPECT_DOUBLE_EQ(j["duration_s"].get<double>(), 1.5);
+  EXPECT_EQ(j["events"]["recorded"], 3);
+  EXPECT_EQ(j["events"]["dropped"], 1);
+  EXPECT_EQ(j["processes"][0]["pid"], 42);
+  EXPECT_EQ(j["processes"][0]["rank"], 1);
+  EXPECT_EQ(j["processes"][0]["exit"]["code"], 0);
+  EXPECT_TRUE(j["processes"][0]["exit"]["signal"].is_null());
+  const auto& m = j["layers"]["cuda"]["calls"]["cudaMalloc"];
+  EXPECT_EQ(j["layers"]["cuda"]["status"], "active");
+  EXPECT_EQ(m["count"], 2);
+  EXPECT_EQ(m["errors"], 1);
+  EXPECT_EQ(m["total_ns"], 400);
+  EXPECT_EQ(m["p50_ns"], 100);
+  EXPECT_EQ(m["p99_ns"], 300);
+  EXPECT_EQ(m["bytes"], 64);
+  EXPECT_EQ(m["errors_by_code"]["cudaErrorMemoryAllocation"], 1);
+  EXPECT_EQ(j["memory"]["outstanding_device_bytes"]["42"], 64);
+  EXPECT_TRUE(j["anomalies"].is_array());
+
+  const std::string report = text_report(s);
+  EXPECT_NE(report.find("cudaMalloc"), std::string::npos);
+  EXPECT_NE(report.find("cudaErrorMemoryAllocation"), std::string::npos);
+  EXPECT_NE(report.find("1 events were lost"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace eacgm
