@@ -89,6 +89,9 @@ int main(int argc, char** argv) {
     }
   }
 
+  // With an explicit "--", every option before it is ours: unknown ones are errors.
+  if (!job_argv.empty()) record->prefix_command(false);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -105,6 +108,11 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("record")) {
     for (const std::string& extra : record->remaining()) command.push_back(extra);
     command.insert(command.end(), job_argv.begin(), job_argv.end());
+    if (!command.empty() && command.front().starts_with('-')) {
+      fmt::print(stderr, "eacgm: error: unknown option '{}'\nRun 'eacgm record --help' for usage.\n",
+                 command.front());
+      return eacgm::kExitUsage;
+    }
     auto layers = parse_layers(record_layers, error);
     if (!layers) {
       fmt::print(stderr, "eacgm: error: {}\n", error);

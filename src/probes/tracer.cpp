@@ -188,7 +188,10 @@ Result<bool> Tracer::attach_library(Layer layer, const std::string& path) {
   auto symbols = read_function_symbols(path);
   if (!symbols) return symbols.error();
   std::map<std::string_view, uint64_t> offset_of;
-  for (const ElfSymbol& sym : *symbols) offset_of.emplace(sym.name, sym.file_offset);
+  for (const ElfSymbol& sym : *symbols) {
+    // An IFUNC symbol is its resolver, which runs once at binding, not per call.
+    if (!sym.ifunc) offset_of.emplace(sym.name, sym.file_offset);
+  }
 
   // One probe per address: libraries export aliases (NCCL's weak nccl* of
   // pnccl*), and two probes on one address would count each call twice.

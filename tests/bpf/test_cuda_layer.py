@@ -166,12 +166,12 @@ class SimulatedRuntime(EacgmTest):
         target = subprocess.Popen([CUDA_CALLS, "--lib", SIM_CUDART, "--wait-signal"],
                                   stdout=subprocess.PIPE, text=True)
         wait_for_line(target.stdout, "ready")
-        out = self.out()
-        attach = subprocess.Popen([EACGM, "attach", "-p", str(target.pid), "-d", "20", "-o", out],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        wait_for_line(attach.stderr, "eacgm: attached")
+        out, attach = self.start([EACGM, "attach", "-p", str(target.pid), "-d", "20", "-o",
+                                  self.out()], self.out())
+        self.wait_for_stderr(attach, "eacgm: attached")
         target.send_signal(signal.SIGUSR1)
         self.assertEqual(target.wait(timeout=10), 0)
+        target.stdout.close()
         s = self.finish(out, attach)
         self.assertEqual(s.returncode, 0, s.stderr)
         self.assertEqual(s.count("cudaMalloc"), 3)

@@ -43,7 +43,10 @@ class Session:
         self.stdout = proc.stdout
         self.stderr = proc.stderr
         summary_path = os.path.join(path, "summary.json")
-        self.summary = json.load(open(summary_path)) if os.path.exists(summary_path) else None
+        self.summary = None
+        if os.path.exists(summary_path):
+            with open(summary_path) as f:
+                self.summary = json.load(f)
 
     def calls(self, layer="cuda"):
         return self.summary["layers"][layer].get("calls", {})
@@ -82,15 +85,37 @@ class EacgmTest(unittest.TestCase):
         proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
         return Session(out, proc)
 
+    def start(self, args, out):
+        """Starts eacgm in the background. Its output goes to files, not pipes:
+        a job that outlives eacgm keeps inherited pipes open."""
+        stdout = open(os.path.join(self.tmp, "stdout.txt"), "w+")
+        stderr = open(os.path.join(self.tmp, "stderr.txt"), "w+")
+        popen = subprocess.Popen(args, stdout=stdout, stderr=stderr, text=True)
+        popen.outputs = (stdout, stderr)
+        return out, popen
+
     def start_record(self, command, *flags, out=None):
         out = out or self.out()
-        args = [EACGM, "record", "-o", out, *flags, "--", *command]
-        return out, subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return self.start([EACGM, "record", "-o", out, *flags, "--", *command], out)
 
     def finish(self, out, popen, timeout=30):
-        stdout, stderr = popen.communicate(timeout=timeout)
-        done = subprocess.CompletedProcess(popen.args, popen.returncode, stdout, stderr)
+        popen.wait(timeout=timeout)
+        texts = []
+        for f in popen.outputs:
+            f.seek(0)
+            texts.append(f.read())
+            f.close()
+        done = subprocess.CompletedProcess(popen.args, popen.returncode, *texts)
         return Session(out, done)
+
+    def wait_for_stderr(self, popen, fragment, timeout=10):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            popen.outputs[1].seek(0)
+            if fragment in popen.outputs[1].read():
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"eacgm never said {fragment!r}")
 
     def assertSessionComplete(self, session):
         """Every output of a session exists and is readable."""

@@ -1,0 +1,75 @@
+// Which library files a target process uses, or will use.
+//
+// Uprobes bind to an inode, not to a name: a job that loads the `libcudart.so.12` shipped in a
+// pip wheel (site-packages/nvidia/cuda_runtime/lib) is not traced by probes on the system copy.
+// So files are identified by (device, inode), found in /proc/PID/maps for what is already
+// mapped and in the directories a job would search for what it may load later.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace eacgm {
+
+// A file as the kernel knows it. `dev` is in the st_dev encoding (makedev(major, minor)), so ids
+// from /proc/PID/maps and from stat(2) compare equal for the same file.
+struct FileId {
+  uint64_t dev;
+  uint64_t inode;
+  auto operator<=>(const FileId&) const = default;
+};
+
+struct MappedFile {
+  std::string path;  // as shown in maps, without the " (deleted)" suffix
+  FileId id;
+  bool executable;  // at least one of its mappings is executable
+  // The file was unlinked (or replaced, e.g. by a package upgrade) after it was mapped. `path`
+  // now names nothing or another file; the mapped one can still be reached for probing through
+  // /proc/PID/map_files/<start>-<end>.
+  bool deleted;
+};
+
+// The files mapped by process `pid`: one entry per distinct file (by dev+inode), in address
+// order of their first mapping. Anonymous and pseudo mappings ([heap], [vdso], ...) are skipped.
+// Error when the process does not exist or its maps cannot be read.
+Result<std::vector<MappedFile>> mapped_files(uint32_t pid);
+
+// Same, from the text of a maps file.
+std::vector<MappedFile> parse_maps(std::string_view maps_text);
+
+// dev/inode of the file `path` resolves to (following symlinks); nullopt if it does not exist.
+std::optional<FileId> file_id(const std::string& path);
+
+// The environment of process `pid` (/proc/PID/environ) as it was at exec time; the first
+// definition of a name wins, as with getenv(3). Error when it cannot be read.
+Result<std::map<std::string, std::string>> process_environment(uint32_t pid);
+
+// Directories of the 64-bit x86-64 libraries listed in an ld.so cache (the contents of
+// /etc/ld.so.cache), in order of first appearance, without duplicates. Empty for a file in an
+// unknown format; never fails, whatever the bytes.
+std::vector<std::string> parse_ld_so_cache(std::string_view cache_bytes);
+
+// Directories where a job with environment `env` would find its libraries, in this order:
+// LD_LIBRARY_PATH entries (absolute ones; relative entries depend on the job's working
+// directory), the directories of /etc/ld.so.cache, the default system directories,
+// /usr/local/cuda/lib64, /usr/local/cuda-*/lib64 (and their targets/x86_64-linux/lib),
+// CUDA_HOME and CUDA_PATH's lib64 and targets/x86_64-linux/lib, then Python wheel directories
+// (`nvidia/*/lib`, `torch/lib`) under the site-packages and dist-packages of /usr/lib/python3*,
+// /usr/local/lib/python3*, $VIRTUAL_ENV, $CONDA_PREFIX, ~/.pyenv/versions/*, ~/.local (HOME from
+// `env`). Only existing directories; one entry per directory (by dev+inode, first spelling kept).
+std::vector<std::string> library_search_dirs(const std::map<std::string, std::string>& env);
+
+// Every distinct regular file (by dev+inode) in `dirs` whose name starts with `name_prefix`
+// ("libcudart.so" finds libcudart.so, libcudart.so.13, libcudart.so.13.0.96: one file), as a
+// canonical path (symlinks resolved), in order of `dirs`.
+std::vector<std::string> find_library_files(std::string_view name_prefix,
+                                            const std::vector<std::string>& dirs);
+
+}  // namespace eacgm
