@@ -25,8 +25,13 @@ add_custom_command(
   VERBATIM)
 
 set(EACGM_BPF_SKELETONS "")
+# eacgm_bpf_skeleton(NAME [SOURCE file.bpf.c]): SOURCE defaults to bpf/NAME.bpf.c.
 function(eacgm_bpf_skeleton name)
+  cmake_parse_arguments(ARG "" "SOURCE" "" ${ARGN})
   set(src ${CMAKE_SOURCE_DIR}/bpf/${name}.bpf.c)
+  if(ARG_SOURCE)
+    set(src ${ARG_SOURCE})
+  endif()
   set(obj ${EACGM_BPF_OUT_DIR}/${name}.bpf.o)
   set(skel ${EACGM_BPF_OUT_DIR}/${name}.skel.h)
   file(GLOB bpf_headers ${CMAKE_SOURCE_DIR}/bpf/*.h)
