@@ -51,7 +51,8 @@ ProcessExit describe_exit_status(int status) {
                              strsignal(sig), exit.core_dumped ? ", core dumped" : "");
   } else {
     exit.code = WEXITSTATUS(status);
-    exit.cause = *exit.code == 0 ? "exited normally" : fmt::format("exited with code {}", *exit.code);
+    exit.cause =
+        *exit.code == 0 ? "exited normally" : fmt::format("exited with code {}", *exit.code);
   }
   return exit;
 }
@@ -90,7 +91,8 @@ void Recorder::refresh_identity(uint32_t pid) {
   ProcessInfo& proc = session_.process(pid);
   std::string comm = trim_newline(read_small_file(fmt::format("/proc/{}/comm", pid)));
   if (!comm.empty()) proc.comm = comm;
-  std::vector<std::string> cmdline = split_nul(read_small_file(fmt::format("/proc/{}/cmdline", pid)));
+  std::vector<std::string> cmdline =
+      split_nul(read_small_file(fmt::format("/proc/{}/cmdline", pid)));
   if (!cmdline.empty()) proc.cmdline = std::move(cmdline);
   if (auto env = process_environment(pid)) {
     if (auto it = env->find("RANK"); it != env->end()) {

@@ -17,7 +17,8 @@ namespace eacgm {
 
 class Recorder {
  public:
-  Recorder(Session& session, std::set<Layer> layers) : session_(session), layers_(std::move(layers)) {}
+  Recorder(Session& session, std::set<Layer> layers)
+      : session_(session), layers_(std::move(layers)) {}
 
   void add_sink(std::unique_ptr<Sink> sink) { sinks_.push_back(std::move(sink)); }
   void set_tracer(Tracer* tracer) { tracer_ = tracer; }

@@ -101,7 +101,8 @@ class TraceRun {
                           .stop_on_dlopen = options_.stop_on_dlopen,
                           .btf_path = options_.btf_path,
                           .verbose = options_.verbose};
-    auto tracer = Tracer::open(topts, [this](std::span<const std::byte> d) { recorder_.handle(d); });
+    auto tracer =
+        Tracer::open(topts, [this](std::span<const std::byte> d) { recorder_.handle(d); });
     if (!tracer) return fail(tracer.error().message);
     tracer_ = std::move(*tracer);
     recorder_.set_tracer(tracer_.get());
@@ -115,8 +116,10 @@ class TraceRun {
 
     if (options_.stop_on_dlopen) {
       if (auto r = tracer_->attach_loader(kLoaderPath); !r) {
-        fmt::print(stderr, "eacgm: warning: {}; libraries loaded later at unusual paths may be "
-                           "missed\n", r.error().message);
+        fmt::print(stderr,
+                   "eacgm: warning: {}; libraries loaded later at unusual paths may be "
+                   "missed\n",
+                   r.error().message);
       }
     }
     sigfd_ = signalfd(-1, &signals_, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -160,9 +163,10 @@ class TraceRun {
       }
       if (state.libraries.empty()) {
         state.status = LayerStatus::kUnavailable;
-        state.reason = fmt::format("no {} library was found in the traced processes or on their "
-                                   "library search path",
-                                   layer == Layer::kCuda ? "libcudart.so" : layer_name(layer));
+        state.reason = fmt::format(
+            "no {} library was found in the traced processes or on their "
+            "library search path",
+            layer == Layer::kCuda ? "libcudart.so" : layer_name(layer));
       } else {
         state.status = LayerStatus::kActive;
       }
@@ -213,7 +217,8 @@ std::vector<uint32_t> process_tree(uint32_t root) {
       if (close == std::string::npos) continue;
       char state = 0;
       unsigned ppid = 0;
-      if (sscanf(text.c_str() + close + 1, " %c %u", &state, &ppid) == 2) children.emplace(ppid, pid);
+      if (sscanf(text.c_str() + close + 1, " %c %u", &state, &ppid) == 2)
+        children.emplace(ppid, pid);
     }
     closedir(proc);
   }
@@ -228,7 +233,8 @@ std::vector<uint32_t> process_tree(uint32_t root) {
 }  // namespace
 
 int run_record(const TraceOptions& options, const std::vector<std::string>& command) {
-  if (command.empty()) return fail("no command to record; usage: eacgm record -o DIR -- CMD ARGS...");
+  if (command.empty())
+    return fail("no command to record; usage: eacgm record -o DIR -- CMD ARGS...");
 
   // Block the signals the loop reads from a signalfd; the job gets the
   // original mask back before exec.
@@ -277,7 +283,8 @@ int run_record(const TraceOptions& options, const std::vector<std::string>& comm
   if (read(exec_error[0], &exec_errno, sizeof(exec_errno)) == sizeof(exec_errno)) {
     close(exec_error[0]);
     waitpid(child, nullptr, 0);
-    fmt::print(stderr, "eacgm: error: cannot run '{}': {}\n", command[0], std::strerror(exec_errno));
+    fmt::print(stderr, "eacgm: error: cannot run '{}': {}\n", command[0],
+               std::strerror(exec_errno));
     run.finish();
     return 127;
   }
@@ -303,8 +310,10 @@ int run_record(const TraceOptions& options, const std::vector<std::string>& comm
              // A Ctrl-C at the terminal reached the job's process group already
              // (si_code SI_KERNEL); a kill(1) reached only us: pass it on.
              if (si.ssi_code != SI_KERNEL) kill(child, sig);
-             fmt::print(stderr, "\neacgm: {} forwarded to the job; waiting for it to exit "
-                                "(interrupt again to stop now)\n", strsignal(sig));
+             fmt::print(stderr,
+                        "\neacgm: {} forwarded to the job; waiting for it to exit "
+                        "(interrupt again to stop now)\n",
+                        strsignal(sig));
              return false;
            });
   if (status) run.session().exit_code = exit_code_of(*status);

@@ -133,7 +133,8 @@ int run_doctor() {
     row(layer, false, "not implemented in this version");
   }
 
-  fmt::print("\nverdict: {}\n", can_trace ? "this machine can trace" : "this machine cannot trace (see above)");
+  fmt::print("\nverdict: {}\n",
+             can_trace ? "this machine can trace" : "this machine cannot trace (see above)");
   return can_trace ? 0 : 1;
 }
 

@@ -1,9 +1,9 @@
 // The eacgm command line. Errors become a message on stderr and exit code 2;
 // `record` exits with the job's own exit code.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <CLI/CLI.hpp>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -46,8 +46,9 @@ void add_trace_options(CLI::App* cmd, eacgm::TraceOptions& opts, std::string& la
   cmd->add_option("-o,--output", opts.out_dir, "session directory to write")->required();
   cmd->add_option("--layers", layers, "comma-separated layers to trace")->default_val("cuda");
   cmd->add_option("--btf", opts.btf_path, "kernel BTF file (default: the running kernel's)");
-  cmd->add_flag("--no-stop-on-dlopen", [&opts](int64_t) { opts.stop_on_dlopen = false; },
-                "never pause a target to probe a library it just loaded");
+  cmd->add_flag(
+      "--no-stop-on-dlopen", [&opts](int64_t) { opts.stop_on_dlopen = false; },
+      "never pause a target to probe a library it just loaded");
   cmd->add_flag("-q,--quiet", opts.quiet, "do not print the report");
   cmd->add_flag("-v,--verbose", opts.verbose, "show libbpf's diagnostics");
 }
@@ -109,7 +110,8 @@ int main(int argc, char** argv) {
     for (const std::string& extra : record->remaining()) command.push_back(extra);
     command.insert(command.end(), job_argv.begin(), job_argv.end());
     if (!command.empty() && command.front().starts_with('-')) {
-      fmt::print(stderr, "eacgm: error: unknown option '{}'\nRun 'eacgm record --help' for usage.\n",
+      fmt::print(stderr,
+                 "eacgm: error: unknown option '{}'\nRun 'eacgm record --help' for usage.\n",
                  command.front());
       return eacgm::kExitUsage;
     }

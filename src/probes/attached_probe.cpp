@@ -42,7 +42,10 @@ bool kernel_has_uprobe_multi() {
   static const bool supported = [] {
     // A kernel that knows the attach type accepts a program loaded for it.
     const struct bpf_insn insns[] = {
-        {.code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .src_reg = 0, .off = 0,
+        {.code = BPF_ALU64 | BPF_MOV | BPF_K,
+         .dst_reg = BPF_REG_0,
+         .src_reg = 0,
+         .off = 0,
          .imm = 0},
         {.code = BPF_JMP | BPF_EXIT, .dst_reg = 0, .src_reg = 0, .off = 0, .imm = 0},
     };
@@ -79,9 +82,11 @@ Result<std::unique_ptr<AttachedProbe>> AttachedProbe::attach_multi(
   return probe;
 }
 
-Result<std::unique_ptr<AttachedProbe>> AttachedProbe::attach_each(
-    bpf_program* prog, const std::string& path, std::span<const uint64_t> offsets,
-    std::span<const uint64_t> cookies, bool retprobe) {
+Result<std::unique_ptr<AttachedProbe>> AttachedProbe::attach_each(bpf_program* prog,
+                                                                  const std::string& path,
+                                                                  std::span<const uint64_t> offsets,
+                                                                  std::span<const uint64_t> cookies,
+                                                                  bool retprobe) {
   std::unique_ptr<AttachedProbe> probe(new AttachedProbe());
   for (size_t i = 0; i < offsets.size(); ++i) {
     LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = cookies[i], .retprobe = retprobe);

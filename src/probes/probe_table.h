@@ -53,8 +53,8 @@ struct ProbeSpec {
   std::string_view symbol;
   Layer layer;
   std::vector<ArgSpec> args;
-  Slot bytes_slot = kNoSlot;       // argument holding the bytes the call allocates or moves
-  Slot out_slot = kNoSlot;         // pointer argument whose pointee BPF reads at return
+  Slot bytes_slot = kNoSlot;  // argument holding the bytes the call allocates or moves
+  Slot out_slot = kNoSlot;    // pointer argument whose pointee BPF reads at return
   MemoryEffect memory = MemoryEffect::kNone;
   Slot memory_ptr_slot = kNoSlot;  // for frees: the pointer being released
   bool returns_status = true;      // return value is a 32-bit status code, 0 = success
@@ -66,7 +66,7 @@ std::span<const ProbeSpec> probe_table(Layer layer);
 // A decoded argument, ready to be shown or stored.
 struct DecodedArg {
   std::string_view name;
-  std::string text;       // human form: "0x7f12...", "cudaMemcpyHostToDevice", "(128,1,1)"
+  std::string text;               // human form: "0x7f12...", "cudaMemcpyHostToDevice", "(128,1,1)"
   std::optional<int64_t> number;  // numeric form where the argument is a plain number
 };
 

@@ -45,7 +45,8 @@ std::string libbpf_error(std::string_view what, int err) {
   if (!log.empty()) {
     // The last lines say why; the verifier's full dump is too long to be useful here.
     const size_t keep = 2000;
-    message += "\nlibbpf said:\n" + (log.size() > keep ? "..." + log.substr(log.size() - keep) : log);
+    message +=
+        "\nlibbpf said:\n" + (log.size() > keep ? "..." + log.substr(log.size() - keep) : log);
   }
   return message;
 }
@@ -106,8 +107,8 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
   LIBBPF_OPTS(bpf_object_open_opts, open_opts);
   if (!options.btf_path.empty()) {
     if (access(options.btf_path.c_str(), R_OK) != 0) {
-      return Error{fmt::format("cannot read kernel BTF {}: {}", options.btf_path,
-                               std::strerror(errno))};
+      return Error{
+          fmt::format("cannot read kernel BTF {}: {}", options.btf_path, std::strerror(errno))};
     }
     open_opts.btf_custom_path = options.btf_path.c_str();
   }
@@ -206,8 +207,8 @@ Result<bool> Tracer::attach_library(Layer layer, const std::string& path) {
     cookies.push_back(row);
   }
   if (offsets.empty()) {
-    return Error{fmt::format("{} exports none of the {} functions eacgm traces", path,
-                             layer_name(layer))};
+    return Error{
+        fmt::format("{} exports none of the {} functions eacgm traces", path, layer_name(layer))};
   }
   for (auto [prog, is_return] : {std::pair{entry, false}, std::pair{ret, true}}) {
     auto probe = multi_ ? AttachedProbe::attach_multi(prog, path, offsets, cookies, is_return)
@@ -228,8 +229,8 @@ Result<void> Tracer::attach_loader(const std::string& ld_so_path) {
     bpf_link* link = bpf_program__attach_uprobe_opts(programs_->core->progs.on_dl_debug_state, -1,
                                                      ld_so_path.c_str(), sym.file_offset, &opts);
     if (!link) {
-      return Error{fmt::format("cannot probe the dynamic loader {}: {}", ld_so_path,
-                               std::strerror(errno))};
+      return Error{
+          fmt::format("cannot probe the dynamic loader {}: {}", ld_so_path, std::strerror(errno))};
     }
     programs_->core_links.push_back(link);
     return {};

@@ -24,8 +24,8 @@ namespace {
 template <typename T>
 Result<T> read_struct(std::span<const std::byte> data, std::string_view what) {
   if (data.size() < sizeof(T)) {
-    return Error{fmt::format("truncated {} record: {} bytes, need {}", what, data.size(),
-                             sizeof(T))};
+    return Error{
+        fmt::format("truncated {} record: {} bytes, need {}", what, data.size(), sizeof(T))};
   }
   T out;
   std::memcpy(&out, data.data(), sizeof(T));
@@ -39,8 +39,8 @@ Result<Event> decode_call(std::span<const std::byte> data) {
   const auto layer = static_cast<Layer>(c.hdr.layer);
   std::span<const ProbeSpec> table = probe_table(layer);
   if (c.func_id >= table.size()) {
-    return Error{fmt::format("call record for unknown function {} of layer {}", c.func_id,
-                             c.hdr.layer)};
+    return Error{
+        fmt::format("call record for unknown function {} of layer {}", c.func_id, c.hdr.layer)};
   }
   CallRecord call;
   call.pid = c.hdr.tgid;

@@ -34,7 +34,7 @@ struct ProcessExit {
   std::optional<int> code;    // exit status when it exited normally
   std::optional<int> signal;  // terminating signal otherwise
   bool core_dumped = false;
-  std::string cause;          // a sentence a person understands
+  std::string cause;  // a sentence a person understands
 };
 
 struct ProcessInfo {
@@ -66,7 +66,7 @@ struct CallStats {
 struct DeviceMemory {
   int64_t outstanding_bytes = 0;
   int64_t peak_bytes = 0;
-  uint64_t unmatched_frees = 0;  // frees of pointers allocated before tracing began
+  uint64_t unmatched_frees = 0;                 // frees of pointers allocated before tracing began
   std::unordered_map<uint64_t, uint64_t> live;  // pointer -> bytes
 };
 
@@ -74,8 +74,8 @@ enum class LayerStatus { kActive, kUnavailable, kDisabled };
 
 struct LayerState {
   LayerStatus status = LayerStatus::kDisabled;
-  std::string reason;                    // why unavailable or disabled
-  std::vector<std::string> libraries;    // files whose functions are probed
+  std::string reason;                      // why unavailable or disabled
+  std::vector<std::string> libraries;      // files whose functions are probed
   std::map<std::string, CallStats> calls;  // by symbol name
 };
 
@@ -89,13 +89,13 @@ class Session {
   std::string version;
   std::vector<std::string> command;  // record: the job's argv; attach: empty
   std::vector<uint32_t> attached_pids;
-  std::optional<int> exit_code;      // the job's exit code (record)
-  uint64_t start_ns = 0;             // monotonic
-  uint64_t end_ns = 0;               // monotonic
-  int64_t realtime_offset_ns = 0;    // add to a monotonic time to get wall-clock ns
+  std::optional<int> exit_code;    // the job's exit code (record)
+  uint64_t start_ns = 0;           // monotonic
+  uint64_t end_ns = 0;             // monotonic
+  int64_t realtime_offset_ns = 0;  // add to a monotonic time to get wall-clock ns
   uint64_t events_recorded = 0;
-  uint64_t events_dropped = 0;       // ring buffer reservations that failed, all CPUs
-  bool interrupted = false;          // stopped by Ctrl-C or SIGTERM
+  uint64_t events_dropped = 0;  // ring buffer reservations that failed, all CPUs
+  bool interrupted = false;     // stopped by Ctrl-C or SIGTERM
 
   std::map<uint32_t, ProcessInfo> processes;
   std::map<Layer, LayerState> layers;

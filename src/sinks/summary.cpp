@@ -151,8 +151,9 @@ std::string text_report(const Session& s) {
   line(fmt::format("eacgm session: {:.2f} s, {} events recorded, {} dropped{}", s.duration_s(),
                    s.events_recorded, s.events_dropped, s.interrupted ? " (interrupted)" : ""));
   if (s.events_dropped > 0) {
-    line(fmt::format("  WARNING: {} events were lost (ring buffer full); counts are low by that much",
-                     s.events_dropped));
+    line(fmt::format(
+        "  WARNING: {} events were lost (ring buffer full); counts are low by that much",
+        s.events_dropped));
   }
   for (const auto& [layer, state] : s.layers) {
     if (state.status != LayerStatus::kActive) {

@@ -32,10 +32,10 @@ eacgm_call launch_kernel_record() {
   c.duration_ns = 1234;
   c.func_id = static_cast<uint32_t>(cuda_row("cudaLaunchKernel"));
   c.args[kRdi] = 0x1234;
-  c.args[kRsi] = (uint64_t{2} << 32) | 4;  // grid x=4, y=2
-  c.args[kRdx] = 1;                        // grid z
+  c.args[kRsi] = (uint64_t{2} << 32) | 4;    // grid x=4, y=2
+  c.args[kRdx] = 1;                          // grid z
   c.args[kRcx] = (uint64_t{1} << 32) | 128;  // block x=128, y=1
-  c.args[kR8] = 1;                         // block z
+  c.args[kR8] = 1;                           // block z
   c.args[kR9] = 0xabc;
   c.args[kStack0] = 256;
   c.args[kStack1] = 0x5678;

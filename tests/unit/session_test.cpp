@@ -45,9 +45,9 @@ TEST(Session, DeviceMemoryMatchesFreesToAllocationsByPointer) {
   s.add_call(call("cudaMalloc", 7, 10, 0x100, 1000, 0xA000));
   s.add_call(call("cudaMalloc", 7, 10, 0x100, 500, 0xB000));
   s.add_call(call("cudaFree", 7, 10, 0xA000, 0));
-  s.add_call(call("cudaFree", 7, 10, 0xDEAD, 0));  // allocated before tracing began
-  s.add_call(call("cudaFree", 7, 10, 0, 0));       // cudaFree(nullptr): no-op
-  s.add_call(call("cudaMalloc", 7, 10, 0x100, 9999, 0, 2));  // failed: allocates nothing
+  s.add_call(call("cudaFree", 7, 10, 0xDEAD, 0));                  // allocated before tracing began
+  s.add_call(call("cudaFree", 7, 10, 0, 0));                       // cudaFree(nullptr): no-op
+  s.add_call(call("cudaMalloc", 7, 10, 0x100, 9999, 0, 2));        // failed: allocates nothing
   s.add_call(call("cudaMallocHost", 7, 10, 0x100, 4096, 0xC000));  // host memory: not device
   const DeviceMemory& m = s.device_memory.at(7);
   EXPECT_EQ(m.outstanding_bytes, 500);
@@ -72,7 +72,8 @@ TEST(Summary, FollowsTheContract) {
   ProcessInfo& p = s.process(42);
   p.comm = "python";
   p.rank = 1;
-  p.exit = ProcessExit{.code = 0, .signal = std::nullopt, .core_dumped = false, .cause = "exited normally"};
+  p.exit = ProcessExit{
+      .code = 0, .signal = std::nullopt, .core_dumped = false, .cause = "exited normally"};
   s.layers[Layer::kCuda].status = LayerStatus::kActive;
   s.add_call(call("cudaMalloc", 42, 100, 0x1, 64, 0xA0));
   s.add_call(call("cudaMalloc", 42, 300, 0x1, 64, 0, 2));
