@@ -1,0 +1,391 @@
+#include "sinks/perfetto_writer.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <set>
+#include <string_view>
+
+// protobuf_generate_cpp() places the generated header at the top of the build
+// directory; a build that generates it under proto/ works as well.
+#if __has_include("proto/perfetto_trace.pb.h")
+#include "proto/perfetto_trace.pb.h"
+#else
+#include "perfetto_trace.pb.h"
+#endif
+
+namespace eacgm {
+namespace {
+
+namespace pb = ::eacgm::perfetto;
+
+constexpr size_t kEventsBufferBytes = 1 << 20;
+constexpr size_t kCopyChunkBytes = 1 << 20;
+
+uint64_t clock_ns(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Appends `packet` as one `Trace.packet` field (field 1, wire type 2): a
+// tag, a varint length, the bytes. A trace file is nothing but these.
+void append_framed(const pb::TracePacket& packet, std::string* out) {
+  size_t size = packet.ByteSizeLong();
+  out->push_back(static_cast<char>((1 << 3) | 2));
+  while (size >= 0x80) {
+    out->push_back(static_cast<char>((size & 0x7f) | 0x80));
+    size >>= 7;
+  }
+  out->push_back(static_cast<char>(size));
+  packet.AppendToString(out);
+}
+
+std::optional<uint64_t> parse_hex(std::string_view text) {
+  if (text.starts_with("0x") || text.starts_with("0X")) text.remove_prefix(2);
+  uint64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, 16);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
+  return value;
+}
+
+const ArgSpec* find_arg_spec(const ProbeSpec& spec, std::string_view name) {
+  for (const ArgSpec& arg : spec.args) {
+    if (arg.name == name) return &arg;
+  }
+  return nullptr;
+}
+
+void add_annotation(pb::TrackEvent* event, std::string_view name, int64_t value) {
+  pb::DebugAnnotation* a = event->add_debug_annotations();
+  a->set_name(std::string(name));
+  a->set_int_value(value);
+}
+
+void add_annotation(pb::TrackEvent* event, std::string_view name, std::string_view value) {
+  pb::DebugAnnotation* a = event->add_debug_annotations();
+  a->set_name(std::string(name));
+  a->set_string_value(std::string(value));
+}
+
+std::string process_display_name(const ProcessInfo* info) {
+  if (info == nullptr) return {};
+  std::string name = info->comm;
+  if (info->rank) {
+    if (!name.empty()) name += ' ';
+    name += "(rank " + std::to_string(*info->rank) + ")";
+  }
+  return name;
+}
+
+}  // namespace
+
+uint64_t PerfettoWriter::process_track_uuid(uint32_t pid) {
+  // No thread has tid 0xffffffff, so this never equals a thread track's uuid.
+  return (static_cast<uint64_t>(pid) << 32) | 0xffffffffull;
+}
+
+uint64_t PerfettoWriter::thread_track_uuid(uint32_t pid, uint32_t tid) {
+  return (static_cast<uint64_t>(pid) << 32) | tid;
+}
+
+Result<std::unique_ptr<PerfettoWriter>> PerfettoWriter::open(const std::string& path) {
+  std::FILE* out = std::fopen(path.c_str(), "wb");
+  if (out == nullptr) {
+    return Error{"cannot create Perfetto trace " + path + ": " + std::strerror(errno)};
+  }
+  std::string events_path = path + ".events.tmp";
+  std::FILE* events = std::fopen(events_path.c_str(), "w+b");
+  if (events == nullptr) {
+    const int err = errno;
+    std::fclose(out);
+    std::remove(path.c_str());
+    return Error{"cannot create temporary Perfetto events file " + events_path + ": " +
+                 std::strerror(err)};
+  }
+  return std::unique_ptr<PerfettoWriter>(
+      new PerfettoWriter(path, std::move(events_path), out, events));
+}
+
+PerfettoWriter::PerfettoWriter(std::string path, std::string events_path, std::FILE* out,
+                               std::FILE* events)
+    : path_(std::move(path)),
+      events_path_(std::move(events_path)),
+      out_(out),
+      events_(events),
+      monotonic_at_open_ns_(clock_ns(CLOCK_MONOTONIC)),
+      boottime_at_open_ns_(clock_ns(CLOCK_BOOTTIME)),
+      scratch_(std::make_unique<pb::TracePacket>()) {
+  events_buffer_.reserve(kEventsBufferBytes);
+}
+
+PerfettoWriter::~PerfettoWriter() {
+  // Without finish() the output stays an empty (valid, packet-less) trace.
+  close_files();
+}
+
+void PerfettoWriter::close_files() {
+  if (events_ != nullptr) {
+    std::fclose(events_);
+    events_ = nullptr;
+    std::remove(events_path_.c_str());
+  }
+  if (out_ != nullptr) {
+    std::fclose(out_);
+    out_ = nullptr;
+  }
+}
+
+void PerfettoWriter::fail(const std::string& what) {
+  if (error_.empty()) error_ = what;
+}
+
+void PerfettoWriter::append_call_packets(const CallRecord& call, std::string* begin,
+                                         std::string* end) {
+  const ProbeSpec& spec = *call.spec;
+  const uint64_t track = thread_track_uuid(call.pid, call.tid);
+  pb::TracePacket& packet = *scratch_;
+
+  packet.Clear();
+  packet.set_timestamp(call.start_ns);
+  packet.set_timestamp_clock_id(pb::BUILTIN_CLOCK_MONOTONIC);
+  packet.set_trusted_packet_sequence_id(kSequenceId);
+  pb::TrackEvent* event = packet.mutable_track_event();
+  event->set_type(pb::TrackEvent::TYPE_SLICE_BEGIN);
+  event->set_track_uuid(track);
+  event->set_name(std::string(spec.symbol));
+  event->add_categories(std::string(layer_name(spec.layer)));
+
+  const std::vector<DecodedArg> args = decode_args(spec, call.raw);
+  for (size_t i = 0; i < args.size(); ++i) {
+    const DecodedArg& arg = args[i];
+    const ArgSpec* arg_spec = i < spec.args.size() && spec.args[i].name == arg.name
+                                  ? &spec.args[i]
+                                  : find_arg_spec(spec, arg.name);
+    const bool pointer = arg_spec != nullptr && (arg_spec->format == ArgFormat::kPointer ||
+                                                 arg_spec->format == ArgFormat::kOutPointer);
+    if (pointer) {
+      if (std::optional<uint64_t> value = parse_hex(arg.text)) {
+        pb::DebugAnnotation* a = event->add_debug_annotations();
+        a->set_name(std::string(arg.name));
+        a->set_pointer_value(*value);
+        continue;
+      }
+    } else if (arg.number) {
+      add_annotation(event, arg.name, *arg.number);
+      continue;
+    }
+    add_annotation(event, arg.name, arg.text);
+  }
+  add_annotation(event, "ret", call.raw.ret);
+  if (spec.layer == Layer::kCuda && spec.returns_status) {
+    add_annotation(event, "ret_name", cuda_error_name(call.raw.ret));
+  }
+  // A failed call moved nothing (as in the session's statistics); what it
+  // asked for is still in its arguments.
+  add_annotation(event, "bytes", call.failed() ? 0 : static_cast<int64_t>(call.bytes()));
+  add_annotation(event, "depth", static_cast<int64_t>(call.depth));
+  append_framed(packet, begin);
+
+  // The END needs no name or arguments: it closes the innermost open slice
+  // of its track, and trace_processor merges BEGIN and END.
+  packet.Clear();
+  packet.set_timestamp(call.start_ns + call.duration_ns);
+  packet.set_timestamp_clock_id(pb::BUILTIN_CLOCK_MONOTONIC);
+  packet.set_trusted_packet_sequence_id(kSequenceId);
+  event = packet.mutable_track_event();
+  event->set_type(pb::TrackEvent::TYPE_SLICE_END);
+  event->set_track_uuid(track);
+  append_framed(packet, end);
+}
+
+// Packet order in the file. trace_processor sorts all packets by timestamp
+// before building slices, and keeps file order among equal timestamps. Calls
+// arrive when they return, so a child arrives before its parent; written as
+// they come, a child that began in the very nanosecond its parent did would
+// sort before the parent's BEGIN and the two would nest the wrong way round.
+// So a call that is nested (depth > 0) waits, serialized, until a call that
+// contains it in time arrives; a call at depth 0 is written at once together
+// with everything it contains. The file is then in begin order per thread,
+// which any reader can rely on. Orphans (their parent started before tracing
+// began, or the thread holds more than kMaxPendingBytesPerThread) are written
+// as they are, which only matters for such exact ties.
+void PerfettoWriter::on_call(const CallRecord& call) {
+  if (finished_ || call.spec == nullptr) return;
+  ThreadState& thread = threads_[{call.pid, call.tid}];
+  if (!error_.empty()) return;
+
+  Subtree tree{.start_ns = call.start_ns, .packets = {}};
+  std::string end;
+  append_call_packets(call, &tree.packets, &end);
+
+  // Pending subtrees are disjoint and ordered; the ones inside this call are
+  // a suffix (they all ended before it did).
+  auto first_child = thread.pending.end();
+  while (first_child != thread.pending.begin() &&
+         std::prev(first_child)->start_ns >= tree.start_ns) {
+    --first_child;
+  }
+  for (auto it = first_child; it != thread.pending.end(); ++it) {
+    tree.packets += it->packets;
+    thread.pending_bytes -= it->packets.size();
+  }
+  thread.pending.erase(first_child, thread.pending.end());
+  tree.packets += end;
+
+  if (call.depth == 0) {
+    write_events(tree.packets);
+    return;
+  }
+  thread.pending_bytes += tree.packets.size();
+  thread.pending.push_back(std::move(tree));
+  if (thread.pending_bytes > kMaxPendingBytesPerThread) flush_pending(&thread);
+}
+
+void PerfettoWriter::flush_pending(ThreadState* thread) {
+  for (const Subtree& tree : thread->pending) write_events(tree.packets);
+  thread->pending.clear();
+  thread->pending_bytes = 0;
+}
+
+void PerfettoWriter::write_events(const std::string& bytes) {
+  events_buffer_ += bytes;
+  if (events_buffer_.size() >= kEventsBufferBytes) flush_events_buffer();
+}
+
+void PerfettoWriter::flush_events_buffer() {
+  if (events_buffer_.empty() || !error_.empty()) return;
+  if (std::fwrite(events_buffer_.data(), 1, events_buffer_.size(), events_) !=
+      events_buffer_.size()) {
+    fail("writing " + events_path_ + ": " + std::strerror(errno));
+  }
+  events_buffer_.clear();
+}
+
+std::string PerfettoWriter::descriptor_packets(const Session& session) {
+  std::string bytes;
+  pb::TracePacket& packet = *scratch_;
+
+  // The trace clock. Our timestamps are CLOCK_MONOTONIC (bpf_ktime_get_ns);
+  // every event packet says so with timestamp_clock_id, and this snapshot
+  // makes MONOTONIC the trace's primary clock so trace_processor keeps them
+  // as they are (no conversion, same numbers as events.sqlite). BOOTTIME and
+  // REALTIME readings taken at the same instant let it relate the trace to
+  // other clock domains (wall-clock display, merging with system traces).
+  packet.Clear();
+  packet.set_trusted_packet_sequence_id(kSequenceId);
+  packet.set_sequence_flags(pb::TracePacket::SEQ_INCREMENTAL_STATE_CLEARED);
+  pb::ClockSnapshot* snapshot = packet.mutable_clock_snapshot();
+  snapshot->set_primary_trace_clock(pb::BUILTIN_CLOCK_MONOTONIC);
+  auto add_clock = [snapshot](pb::BuiltinClock id, uint64_t ts) {
+    pb::ClockSnapshot::Clock* clock = snapshot->add_clocks();
+    clock->set_clock_id(id);
+    clock->set_timestamp(ts);
+  };
+  add_clock(pb::BUILTIN_CLOCK_MONOTONIC, monotonic_at_open_ns_);
+  add_clock(pb::BUILTIN_CLOCK_BOOTTIME, boottime_at_open_ns_);
+  if (session.realtime_offset_ns != 0) {
+    add_clock(pb::BUILTIN_CLOCK_REALTIME,
+              static_cast<uint64_t>(static_cast<int64_t>(monotonic_at_open_ns_) +
+                                    session.realtime_offset_ns));
+  }
+  append_framed(packet, &bytes);
+
+  // Every process and thread the session knows, plus any seen only in calls.
+  std::map<uint32_t, std::set<uint32_t>> tids_by_pid;
+  for (const auto& [pid, info] : session.processes) {
+    std::set<uint32_t>& tids = tids_by_pid[pid];
+    for (const auto& [tid, name] : info.threads) tids.insert(tid);
+  }
+  for (const auto& [key, state] : threads_) tids_by_pid[key.first].insert(key.second);
+
+  for (const auto& [pid, tids] : tids_by_pid) {
+    const ProcessInfo* info = session.find_process(pid);
+    const std::string process_name = process_display_name(info);
+
+    packet.Clear();
+    packet.set_trusted_packet_sequence_id(kSequenceId);
+    pb::TrackDescriptor* track = packet.mutable_track_descriptor();
+    track->set_uuid(process_track_uuid(pid));
+    if (!process_name.empty()) track->set_name(process_name);
+    pb::ProcessDescriptor* process = track->mutable_process();
+    process->set_pid(static_cast<int32_t>(pid));
+    if (info != nullptr) {
+      for (const std::string& arg : info->cmdline) process->add_cmdline(arg);
+    }
+    // The UI titles a process by process_name, so it carries the rank too.
+    if (!process_name.empty()) process->set_process_name(process_name);
+    append_framed(packet, &bytes);
+
+    for (uint32_t tid : tids) {
+      std::string thread_name;
+      if (info != nullptr) {
+        auto it = info->threads.find(tid);
+        thread_name = it != info->threads.end() && !it->second.empty() ? it->second : info->comm;
+      }
+      packet.Clear();
+      packet.set_trusted_packet_sequence_id(kSequenceId);
+      track = packet.mutable_track_descriptor();
+      track->set_uuid(thread_track_uuid(pid, tid));
+      track->set_parent_uuid(process_track_uuid(pid));
+      if (!thread_name.empty()) track->set_name(thread_name);
+      pb::ThreadDescriptor* thread = track->mutable_thread();
+      thread->set_pid(static_cast<int32_t>(pid));
+      thread->set_tid(static_cast<int32_t>(tid));
+      if (!thread_name.empty()) thread->set_thread_name(thread_name);
+      append_framed(packet, &bytes);
+    }
+  }
+  return bytes;
+}
+
+Result<void> PerfettoWriter::finish(const Session& session) {
+  if (finished_) return Error{"Perfetto trace " + path_ + " was already finished"};
+  finished_ = true;
+  for (auto& [key, thread] : threads_) flush_pending(&thread);
+  flush_events_buffer();
+  if (error_.empty()) {
+    const std::string header = descriptor_packets(session);
+    if (std::fwrite(header.data(), 1, header.size(), out_) != header.size()) {
+      fail("writing " + path_ + ": " + std::strerror(errno));
+    }
+  }
+  if (error_.empty()) {
+    Result<void> appended = assemble();
+    if (!appended.ok()) fail(appended.error().message);
+  }
+  if (out_ != nullptr) {
+    const bool flushed = std::fflush(out_) == 0;
+    if (!flushed) fail("writing " + path_ + ": " + std::strerror(errno));
+    if (std::fclose(out_) != 0) fail("closing " + path_ + ": " + std::strerror(errno));
+    out_ = nullptr;
+  }
+  close_files();
+  scratch_.reset();
+  threads_.clear();
+  if (!error_.empty()) return Error{"Perfetto trace incomplete: " + error_};
+  return {};
+}
+
+// Appends the streamed event packets after the descriptors.
+Result<void> PerfettoWriter::assemble() {
+  if (std::fflush(events_) != 0) {
+    return Error{"writing " + events_path_ + ": " + std::strerror(errno)};
+  }
+  std::rewind(events_);
+  std::vector<char> chunk(kCopyChunkBytes);
+  while (true) {
+    const size_t n = std::fread(chunk.data(), 1, chunk.size(), events_);
+    if (n > 0 && std::fwrite(chunk.data(), 1, n, out_) != n) {
+      return Error{"writing " + path_ + ": " + std::strerror(errno)};
+    }
+    if (n < chunk.size()) break;
+  }
+  if (std::ferror(events_)) return Error{"reading " + events_path_ + ": " + std::strerror(errno)};
+  return {};
+}
+
+}  // namespace eacgm

@@ -1,0 +1,474 @@
+#include "sinks/sqlite_writer.h"
+
+#include <sqlite3.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace eacgm {
+namespace {
+
+// The schema; docs/SQLITE_SCHEMA.md describes every column. Keep the two in
+// step, and bump SqliteWriter::kSchemaVersion when a meaning changes.
+constexpr const char* kSchema = R"sql(
+CREATE TABLE calls(
+  id INTEGER PRIMARY KEY,
+  pid INTEGER NOT NULL,
+  tid INTEGER NOT NULL,
+  layer TEXT NOT NULL,
+  name TEXT NOT NULL,
+  start_ns INTEGER NOT NULL,
+  duration_ns INTEGER NOT NULL,
+  ret INTEGER NOT NULL,
+  error TEXT,
+  bytes INTEGER NOT NULL,
+  depth INTEGER NOT NULL,
+  args TEXT NOT NULL
+);
+CREATE TABLE processes(
+  pid INTEGER PRIMARY KEY,
+  ppid INTEGER,
+  comm TEXT,
+  cmdline TEXT,
+  rank INTEGER,
+  start_ns INTEGER,
+  end_ns INTEGER,
+  exit_code INTEGER,
+  exit_signal INTEGER,
+  core_dumped INTEGER,
+  cause TEXT
+);
+CREATE TABLE threads(
+  pid INTEGER NOT NULL,
+  tid INTEGER NOT NULL,
+  name TEXT,
+  PRIMARY KEY(pid, tid)
+);
+CREATE TABLE device_memory(
+  pid INTEGER PRIMARY KEY,
+  outstanding_bytes INTEGER NOT NULL,
+  peak_bytes INTEGER NOT NULL,
+  unmatched_frees INTEGER NOT NULL
+);
+CREATE TABLE layers(
+  layer TEXT PRIMARY KEY,
+  status TEXT NOT NULL,
+  reason TEXT,
+  libraries TEXT NOT NULL
+);
+CREATE TABLE meta(
+  key TEXT PRIMARY KEY,
+  value TEXT
+);
+)sql";
+
+// Built at finish(), after the bulk inserts: maintaining them row by row
+// would slow every insert down for no benefit while recording.
+constexpr const char* kIndexes = R"sql(
+CREATE INDEX IF NOT EXISTS calls_by_name ON calls(name);
+CREATE INDEX IF NOT EXISTS calls_by_pid_start ON calls(pid, start_ns);
+)sql";
+
+constexpr const char* kInsertCall =
+    "INSERT INTO calls(pid, tid, layer, name, start_ns, duration_ns, ret, error, bytes, depth, "
+    "args) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+struct StmtDeleter {
+  void operator()(sqlite3_stmt* stmt) const { sqlite3_finalize(stmt); }
+};
+using Stmt = std::unique_ptr<sqlite3_stmt, StmtDeleter>;
+
+void bind_text(sqlite3_stmt* stmt, int index, std::string_view text) {
+  sqlite3_bind_text(stmt, index, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
+}
+
+void bind_int(sqlite3_stmt* stmt, int index, int64_t value) {
+  sqlite3_bind_int64(stmt, index, value);
+}
+
+template <typename T>
+void bind_optional(sqlite3_stmt* stmt, int index, const std::optional<T>& value) {
+  if (value) {
+    sqlite3_bind_int64(stmt, index, static_cast<int64_t>(*value));
+  } else {
+    sqlite3_bind_null(stmt, index);
+  }
+}
+
+// 0 stands for "unknown" in the session model; the database says NULL.
+void bind_nonzero(sqlite3_stmt* stmt, int index, uint64_t value) {
+  if (value != 0) {
+    sqlite3_bind_int64(stmt, index, static_cast<int64_t>(value));
+  } else {
+    sqlite3_bind_null(stmt, index);
+  }
+}
+
+void bind_text_or_null(sqlite3_stmt* stmt, int index, std::string_view text) {
+  if (text.empty()) {
+    sqlite3_bind_null(stmt, index);
+  } else {
+    bind_text(stmt, index, text);
+  }
+}
+
+std::string to_json(const nlohmann::ordered_json& value) {
+  // Text decoded from a traced process need not be UTF-8; never throw on it.
+  return value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+// The name of a failed call's error: CUDA's own names; for other layers the
+// code, until the probe table names their errors too.
+std::optional<std::string> error_name(const CallRecord& call) {
+  if (!call.failed()) return std::nullopt;
+  if (call.layer() == Layer::kCuda) return std::string(cuda_error_name(call.raw.ret));
+  return "error " + std::to_string(call.raw.ret);
+}
+
+std::string args_json(const CallRecord& call) {
+  const ProbeSpec& spec = *call.spec;
+  nlohmann::ordered_json args = nlohmann::ordered_json::object();
+  const std::vector<DecodedArg> decoded = decode_args(spec, call.raw);
+  for (size_t i = 0; i < decoded.size(); ++i) {
+    const DecodedArg& arg = decoded[i];
+    const ArgSpec* arg_spec = nullptr;
+    if (i < spec.args.size() && spec.args[i].name == arg.name) {
+      arg_spec = &spec.args[i];
+    } else {
+      for (const ArgSpec& candidate : spec.args) {
+        if (candidate.name == arg.name) arg_spec = &candidate;
+      }
+    }
+    const bool pointer = arg_spec != nullptr && (arg_spec->format == ArgFormat::kPointer ||
+                                                 arg_spec->format == ArgFormat::kOutPointer);
+    // Pointers stay hex text: readable, and exact beyond 2^53.
+    if (arg.number && !pointer) {
+      args[std::string(arg.name)] = *arg.number;
+    } else {
+      args[std::string(arg.name)] = arg.text;
+    }
+  }
+  return to_json(args);
+}
+
+std::string_view status_name(LayerStatus status) {
+  switch (status) {
+    case LayerStatus::kActive:
+      return "active";
+    case LayerStatus::kUnavailable:
+      return "unavailable";
+    case LayerStatus::kDisabled:
+      return "disabled";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SqliteWriter>> SqliteWriter::open(const std::string& path) {
+  // A new recording replaces an old database at the same path, with the
+  // journal files an interrupted run may have left.
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+    std::remove((path + suffix).c_str());
+  }
+  sqlite3* db = nullptr;
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string message = "cannot create SQLite database " + path + ": " +
+                          (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+    if (db != nullptr && sqlite3_system_errno(db) != 0) {
+      message += std::string(" (") + std::strerror(sqlite3_system_errno(db)) + ")";
+    }
+    sqlite3_close(db);
+    return Error{message};
+  }
+  std::unique_ptr<SqliteWriter> writer(new SqliteWriter(path, db));
+
+  // Journal mode: WAL with synchronous=NORMAL. Each batch commit is then one
+  // sequential append to the -wal file and no fsync, so committing often is
+  // cheap, and a crash of the tracer (or a kill -9) loses only the open
+  // batch: committed batches are in the WAL and are recovered by the next
+  // reader. (A power cut may lose the last few commits, never consistency.)
+  // journal_mode=OFF would be marginally faster but a crash mid-batch could
+  // corrupt the file; DELETE/TRUNCATE fsync the journal on every commit.
+  // finish() switches the file back to a rollback journal so that the
+  // finished database is one self-contained file that read-only readers open.
+  for (const char* sql : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", kSchema}) {
+    if (Result<void> r = writer->exec(sql); !r.ok()) {
+      return Error{"cannot create SQLite database " + path + ": " + r.error().message};
+    }
+  }
+  const std::string meta = "INSERT INTO meta(key, value) VALUES('schema_version', '" +
+                           std::to_string(kSchemaVersion) + "')";
+  if (Result<void> r = writer->exec(meta.c_str()); !r.ok()) {
+    return Error{"cannot create SQLite database " + path + ": " + r.error().message};
+  }
+  if (Result<void> r = writer->prepare(kInsertCall, &writer->insert_call_); !r.ok()) {
+    return Error{"cannot create SQLite database " + path + ": " + r.error().message};
+  }
+  return writer;
+}
+
+SqliteWriter::SqliteWriter(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+
+SqliteWriter::~SqliteWriter() {
+  if (db_ == nullptr) return;
+  // Without finish(), keep what was recorded.
+  if (in_transaction_) sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
+  sqlite3_finalize(insert_call_);
+  sqlite3_close(db_);
+}
+
+Error SqliteWriter::sqlite_error(const std::string& what) const {
+  return Error{what + ": " + sqlite3_errmsg(db_)};
+}
+
+void SqliteWriter::fail(Error error) {
+  if (error_.empty()) error_ = std::move(error.message);
+}
+
+Result<void> SqliteWriter::exec(const char* sql) {
+  char* message = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
+    Error error{message != nullptr ? message : sqlite3_errmsg(db_)};
+    sqlite3_free(message);
+    return error;
+  }
+  return {};
+}
+
+Result<void> SqliteWriter::prepare(const char* sql, sqlite3_stmt** stmt) {
+  if (sqlite3_prepare_v2(db_, sql, -1, stmt, nullptr) != SQLITE_OK) {
+    return sqlite_error("preparing statement");
+  }
+  return {};
+}
+
+Result<void> SqliteWriter::commit_batch() {
+  if (!in_transaction_) return {};
+  in_transaction_ = false;
+  batch_rows_ = 0;
+  if (Result<void> r = exec("COMMIT"); !r.ok()) {
+    return Error{"committing calls: " + r.error().message};
+  }
+  return {};
+}
+
+void SqliteWriter::on_call(const CallRecord& call) {
+  if (finished_ || call.spec == nullptr) return;
+  threads_seen_.insert({call.pid, call.tid});
+  if (!error_.empty()) {
+    ++calls_lost_;
+    return;
+  }
+  if (!in_transaction_) {
+    if (Result<void> r = exec("BEGIN"); !r.ok()) {
+      fail(Error{"starting a transaction: " + r.error().message});
+      ++calls_lost_;
+      return;
+    }
+    in_transaction_ = true;
+    batch_started_ = std::chrono::steady_clock::now();
+  }
+
+  sqlite3_stmt* stmt = insert_call_;
+  bind_int(stmt, 1, call.pid);
+  bind_int(stmt, 2, call.tid);
+  bind_text(stmt, 3, layer_name(call.layer()));
+  bind_text(stmt, 4, call.name());
+  bind_int(stmt, 5, static_cast<int64_t>(call.start_ns));
+  bind_int(stmt, 6, static_cast<int64_t>(call.duration_ns));
+  bind_int(stmt, 7, call.raw.ret);
+  if (std::optional<std::string> error = error_name(call)) {
+    bind_text(stmt, 8, *error);
+  } else {
+    sqlite3_bind_null(stmt, 8);
+  }
+  bind_int(stmt, 9, call.failed() ? 0 : static_cast<int64_t>(call.bytes()));
+  bind_int(stmt, 10, call.depth);
+  bind_text(stmt, 11, args_json(call));
+  const int rc = sqlite3_step(stmt);
+  sqlite3_reset(stmt);
+  if (rc != SQLITE_DONE) {
+    fail(sqlite_error("inserting a call into " + path_));
+    ++calls_lost_;
+    return;
+  }
+  ++calls_written_;
+
+  if (++batch_rows_ >= kBatchRows ||
+      std::chrono::steady_clock::now() - batch_started_ >= kBatchInterval) {
+    if (Result<void> r = commit_batch(); !r.ok()) fail(r.error());
+  }
+}
+
+Result<void> SqliteWriter::write_session(const Session& session) {
+  if (Result<void> r = exec("BEGIN"); !r.ok()) return r;
+
+  // Processes: all the session knows, plus any seen only in calls.
+  std::map<uint32_t, std::map<uint32_t, std::optional<std::string>>> threads;
+  for (const auto& [pid, info] : session.processes) {
+    auto& tids = threads[pid];
+    for (const auto& [tid, name] : info.threads) tids[tid] = name;
+  }
+  for (const auto& [pid, tid] : threads_seen_) threads[pid].try_emplace(tid, std::nullopt);
+
+  sqlite3_stmt* raw = nullptr;
+  if (Result<void> r = prepare(
+          "INSERT INTO processes(pid, ppid, comm, cmdline, rank, start_ns, end_ns, exit_code, "
+          "exit_signal, core_dumped, cause) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+          &raw);
+      !r.ok()) {
+    return r;
+  }
+  Stmt insert(raw);
+  for (const auto& [pid, tids] : threads) {
+    sqlite3_stmt* stmt = insert.get();
+    sqlite3_reset(stmt);
+    sqlite3_clear_bindings(stmt);  // unknown processes: everything but pid NULL
+    bind_int(stmt, 1, pid);
+    if (const ProcessInfo* info = session.find_process(pid)) {
+      bind_nonzero(stmt, 2, info->ppid);
+      bind_text_or_null(stmt, 3, info->comm);
+      bind_text(stmt, 4, to_json(nlohmann::ordered_json(info->cmdline)));
+      bind_optional(stmt, 5, info->rank);
+      bind_nonzero(stmt, 6, info->start_ns);
+      bind_nonzero(stmt, 7, info->end_ns);
+      if (info->exit) {
+        bind_optional(stmt, 8, info->exit->code);
+        bind_optional(stmt, 9, info->exit->signal);
+        bind_int(stmt, 10, info->exit->core_dumped ? 1 : 0);
+        bind_text_or_null(stmt, 11, info->exit->cause);
+      }
+    }
+    if (sqlite3_step(stmt) != SQLITE_DONE) return sqlite_error("inserting processes");
+  }
+
+  if (Result<void> r = prepare("INSERT INTO threads(pid, tid, name) VALUES(?, ?, ?)", &raw);
+      !r.ok()) {
+    return r;
+  }
+  insert.reset(raw);
+  for (const auto& [pid, tids] : threads) {
+    for (const auto& [tid, name] : tids) {
+      sqlite3_stmt* stmt = insert.get();
+      sqlite3_reset(stmt);
+      bind_int(stmt, 1, pid);
+      bind_int(stmt, 2, tid);
+      if (name) {
+        bind_text(stmt, 3, *name);
+      } else {
+        sqlite3_bind_null(stmt, 3);
+      }
+      if (sqlite3_step(stmt) != SQLITE_DONE) return sqlite_error("inserting threads");
+    }
+  }
+
+  if (Result<void> r =
+          prepare("INSERT INTO device_memory(pid, outstanding_bytes, peak_bytes, unmatched_frees) "
+                  "VALUES(?, ?, ?, ?)",
+                  &raw);
+      !r.ok()) {
+    return r;
+  }
+  insert.reset(raw);
+  for (const auto& [pid, memory] : session.device_memory) {
+    sqlite3_stmt* stmt = insert.get();
+    sqlite3_reset(stmt);
+    bind_int(stmt, 1, pid);
+    bind_int(stmt, 2, memory.outstanding_bytes);
+    bind_int(stmt, 3, memory.peak_bytes);
+    bind_int(stmt, 4, static_cast<int64_t>(memory.unmatched_frees));
+    if (sqlite3_step(stmt) != SQLITE_DONE) return sqlite_error("inserting device memory");
+  }
+
+  if (Result<void> r =
+          prepare("INSERT INTO layers(layer, status, reason, libraries) VALUES(?, ?, ?, ?)", &raw);
+      !r.ok()) {
+    return r;
+  }
+  insert.reset(raw);
+  for (const auto& [layer, state] : session.layers) {
+    sqlite3_stmt* stmt = insert.get();
+    sqlite3_reset(stmt);
+    bind_text(stmt, 1, layer_name(layer));
+    bind_text(stmt, 2, status_name(state.status));
+    bind_text_or_null(stmt, 3, state.reason);
+    bind_text(stmt, 4, to_json(nlohmann::ordered_json(state.libraries)));
+    if (sqlite3_step(stmt) != SQLITE_DONE) return sqlite_error("inserting layers");
+  }
+
+  if (Result<void> r = prepare("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", &raw);
+      !r.ok()) {
+    return r;
+  }
+  insert.reset(raw);
+  std::string version = session.version;
+#ifdef EACGM_VERSION
+  if (version.empty()) version = EACGM_VERSION;
+#endif
+  const std::vector<std::pair<std::string_view, std::optional<std::string>>> meta = {
+      {"schema_version", std::to_string(kSchemaVersion)},
+      {"version", version},
+      {"command", to_json(nlohmann::ordered_json(session.command))},
+      {"attached_pids", to_json(nlohmann::ordered_json(session.attached_pids))},
+      {"exit_code",
+       session.exit_code ? std::optional(std::to_string(*session.exit_code)) : std::nullopt},
+      {"start_ns", std::to_string(session.start_ns)},
+      {"end_ns", std::to_string(session.end_ns)},
+      {"realtime_offset_ns", std::to_string(session.realtime_offset_ns)},
+      {"events_recorded", std::to_string(session.events_recorded)},
+      {"events_dropped", std::to_string(session.events_dropped)},
+      {"interrupted", session.interrupted ? "1" : "0"},
+      {"calls_written", std::to_string(calls_written_)},
+  };
+  for (const auto& [key, value] : meta) {
+    sqlite3_stmt* stmt = insert.get();
+    sqlite3_reset(stmt);
+    bind_text(stmt, 1, key);
+    if (value) {
+      bind_text(stmt, 2, *value);
+    } else {
+      sqlite3_bind_null(stmt, 2);
+    }
+    if (sqlite3_step(stmt) != SQLITE_DONE) return sqlite_error("inserting meta");
+  }
+  insert.reset();
+  return exec("COMMIT");
+}
+
+Result<void> SqliteWriter::finish(const Session& session) {
+  if (finished_) return Error{"SQLite database " + path_ + " was already finished"};
+  finished_ = true;
+  if (Result<void> r = commit_batch(); !r.ok()) fail(r.error());
+  // The session tables are written even after a failed insert: best effort.
+  if (Result<void> r = write_session(session); !r.ok()) {
+    fail(Error{"writing session tables: " + r.error().message});
+    (void)exec("ROLLBACK");  // may fail when nothing is open; nothing else to do then
+  }
+  if (Result<void> r = exec(kIndexes); !r.ok()) {
+    fail(Error{"creating indexes: " + r.error().message});
+  }
+  if (Result<void> r = exec("PRAGMA journal_mode=DELETE"); !r.ok()) {
+    fail(Error{"checkpointing: " + r.error().message});
+  }
+  sqlite3_finalize(insert_call_);
+  insert_call_ = nullptr;
+  if (sqlite3_close(db_) != SQLITE_OK) fail(sqlite_error("closing"));
+  db_ = nullptr;
+  if (!error_.empty()) {
+    std::string message = "SQLite database " + path_ + " incomplete: " + error_;
+    if (calls_lost_ > 0) message += " (" + std::to_string(calls_lost_) + " calls not written)";
+    return Error{message};
+  }
+  return {};
+}
+
+}  // namespace eacgm

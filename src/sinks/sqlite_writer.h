@@ -1,0 +1,71 @@
+// Writes a session into an SQLite database (events.sqlite): every call as a
+// row of `calls`, inserted as it arrives, and at finish() the processes,
+// threads, device memory, layers and session metadata. The schema is
+// documented column by column in docs/SQLITE_SCHEMA.md.
+//
+// Calls are inserted through one prepared statement inside batched
+// transactions (kBatchRows rows, or kBatchInterval, whichever comes first), so
+// a crash of the tracer loses at most the last batch.
+//
+// Not thread-safe: on_call() and finish() are called from one thread.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "common/result.h"
+#include "sinks/sink.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace eacgm {
+
+class SqliteWriter : public Sink {
+ public:
+  // Creates (or replaces) the database at `path` with an empty schema; fails
+  // with a message naming the path.
+  static Result<std::unique_ptr<SqliteWriter>> open(const std::string& path);
+
+  ~SqliteWriter() override;
+  SqliteWriter(const SqliteWriter&) = delete;
+  SqliteWriter& operator=(const SqliteWriter&) = delete;
+
+  // Never fails loudly: the first error is remembered and returned by finish().
+  void on_call(const CallRecord& call) override;
+  Result<void> finish(const Session& session) override;
+
+  // Bumped whenever a table or column changes meaning; stored in meta.
+  static constexpr int kSchemaVersion = 1;
+  static constexpr size_t kBatchRows = 10000;
+  static constexpr std::chrono::milliseconds kBatchInterval{1000};
+
+ private:
+  SqliteWriter(std::string path, sqlite3* db);
+
+  Result<void> exec(const char* sql);
+  Result<void> prepare(const char* sql, sqlite3_stmt** stmt);
+  Result<void> commit_batch();
+  Result<void> write_session(const Session& session);
+  Error sqlite_error(const std::string& what) const;
+  void fail(Error error);
+
+  std::string path_;
+  sqlite3* db_ = nullptr;
+  sqlite3_stmt* insert_call_ = nullptr;
+  bool in_transaction_ = false;
+  bool finished_ = false;
+  size_t batch_rows_ = 0;
+  std::chrono::steady_clock::time_point batch_started_;
+  uint64_t calls_written_ = 0;
+  uint64_t calls_lost_ = 0;                               // not written because of an earlier error
+  std::string error_;                                     // first error, empty while all is well
+  std::set<std::pair<uint32_t, uint32_t>> threads_seen_;  // (pid, tid)
+};
+
+}  // namespace eacgm
