@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Configures and builds eacgm into build/ (or $1). Used by demo.sh and test.sh.
+# Configures and builds eacgm: build.sh [DIR] [CMAKE_CONFIGURE_ARGS...].
+# Set BUILD_TARGET to build one target instead of all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build}
 shift || true
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
-cmake --build "$dir" -j"$(nproc)"
+cmake --build "$dir" -j"$(nproc)" ${BUILD_TARGET:+--target "$BUILD_TARGET"}

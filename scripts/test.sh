@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh build
 (cd build && ctest --output-on-failure --timeout 600)
-bash scripts/build.sh build-asan -DEACGM_SANITIZE=ON --target eacgm_unit_tests
+BUILD_TARGET=eacgm_unit_tests bash scripts/build.sh build-asan -DEACGM_SANITIZE=ON
 (cd build-asan && ctest --output-on-failure -L unit)
