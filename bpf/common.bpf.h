@@ -94,8 +94,11 @@ static __always_inline struct eacgm_call_stack* eacgm_thread_stack(__u32 tid) {
 }
 
 /* Function entry: remember the start time and the argument words. The cookie
- * is the row of the layer's probe table. */
-static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer) {
+ * is the row of the layer's probe table. Rows flagged in `emit_entry` also
+ * announce the start at once: a call that never returns (a hung collective)
+ * must still be seen. */
+static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
+                                            const volatile __u8* emit_entry) {
   __u64 id = bpf_get_current_pid_tgid();
   if (!eacgm_is_target(id >> 32)) return 0;
   struct eacgm_call_stack* st = eacgm_thread_stack((__u32)id);
@@ -119,6 +122,25 @@ static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer) {
     f->args[7] = 0;
   }
   f->start_ns = bpf_ktime_get_ns();
+  if (!emit_entry[f->func_id & (EACGM_MAX_FUNCS - 1)]) return 0;
+  struct eacgm_call* e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+  if (!e) {
+    eacgm_count_drop();
+    return 0;
+  }
+  e->hdr.kind = EACGM_EV_CALL_BEGIN;
+  e->hdr.tgid = id >> 32;
+  e->hdr.tid = (__u32)id;
+  e->hdr.layer = layer;
+  e->hdr.ts_ns = f->start_ns;
+  e->duration_ns = 0;
+#pragma unroll
+  for (int i = 0; i < EACGM_CALL_ARGS; i++) e->args[i] = f->args[i];
+  e->out_value = 0;
+  e->ret = 0;
+  e->func_id = f->func_id;
+  e->depth = d;
+  bpf_ringbuf_submit(e, 0);
   return 0;
 }
 

@@ -3,12 +3,14 @@
  * cookie says which row fired. */
 #include "bpf/common.bpf.h"
 
-/* Per table row: which argument word is a pointer whose pointee is read at
- * return (0xff: none). Set by user space between open and load. */
+/* Per table row, set by user space between open and load: which argument
+ * word is a pointer whose pointee is read at return (0xff: none), and
+ * whether the call's start is announced on its own. */
 const volatile __u8 out_slot[EACGM_MAX_FUNCS];
+const volatile __u8 emit_entry[EACGM_MAX_FUNCS];
 
 SEC("uprobe")
-int BPF_KPROBE(cuda_entry) { return eacgm_call_entry(ctx, EACGM_LAYER_CUDA); }
+int BPF_KPROBE(call_entry) { return eacgm_call_entry(ctx, EACGM_LAYER_CUDA, emit_entry); }
 
 SEC("uretprobe")
-int BPF_KRETPROBE(cuda_return) { return eacgm_call_return(ctx, EACGM_LAYER_CUDA, out_slot); }
+int BPF_KRETPROBE(call_return) { return eacgm_call_return(ctx, EACGM_LAYER_CUDA, out_slot); }

@@ -34,6 +34,9 @@ enum eacgm_event_kind {
   EACGM_EV_PROC_EXEC = 3, /* a target exec'd: struct eacgm_proc */
   EACGM_EV_PROC_EXIT = 4, /* a target's last thread exited: struct eacgm_proc */
   EACGM_EV_DL_STOP = 5,   /* a target mapped new code and was stopped: struct eacgm_proc */
+  /* a traced call has started (only for rows that ask: calls that may never
+   * return, like a hung collective); struct eacgm_call, duration and ret 0 */
+  EACGM_EV_CALL_BEGIN = 6,
 };
 
 enum eacgm_layer {

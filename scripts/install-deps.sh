@@ -10,7 +10,7 @@ packages=(
   libbpf-dev bpftool libelf-dev zlib1g-dev
   # libraries we link against
   libcli11-dev nlohmann-json3-dev libfmt-dev libsqlite3-dev
-  libprotobuf-dev protobuf-compiler
+  libprotobuf-dev protobuf-compiler libeigen3-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev sqlite3 python3-protobuf
   # the python with USDT probes, used by tests that need a real interpreter

@@ -75,10 +75,21 @@ void Recorder::handle(std::span<const std::byte> data) {
   }
 }
 
-void Recorder::on_call(const CallRecord& call) {
+void Recorder::on_call(const CallRecord& event) {
+  ProcessInfo& proc = session_.process(event.pid);
+  if (!event.finished) {
+    collectives_.on_begin(event, &proc);
+    return;
+  }
+  CallRecord call = event;
+  if (call.layer() == Layer::kNccl) {
+    call.collective = collectives_.on_end(call, &proc);
+    if (call.spec->role == CallRole::kCommInit && !call.failed() && !proc.rank) {
+      proc.rank = static_cast<int32_t>(call.raw.args[call.spec->rank_slot]);
+    }
+  }
   ++session_.events_recorded;
   session_.add_call(call);
-  ProcessInfo& proc = session_.process(call.pid);
   if (!proc.threads.contains(call.tid)) {
     std::string name =
         trim_newline(read_small_file(fmt::format("/proc/{}/task/{}/comm", call.pid, call.tid)));
@@ -95,13 +106,17 @@ void Recorder::refresh_identity(uint32_t pid) {
       split_nul(read_small_file(fmt::format("/proc/{}/cmdline", pid)));
   if (!cmdline.empty()) proc.cmdline = std::move(cmdline);
   if (auto env = process_environment(pid)) {
-    if (auto it = env->find("RANK"); it != env->end()) {
+    auto number = [&env](const char* name) -> std::optional<int> {
+      auto it = env->find(name);
+      if (it == env->end()) return std::nullopt;
       try {
-        proc.rank = std::stoi(it->second);
+        return std::stoi(it->second);
       } catch (const std::exception&) {
-        // A RANK that is not a number names no rank.
+        return std::nullopt;  // a value that is not a number names nothing
       }
-    }
+    };
+    if (auto rank = number("RANK")) proc.rank = rank;
+    if (auto size = number("WORLD_SIZE")) proc.world_size = size;
   }
 }
 
@@ -149,11 +164,13 @@ void Recorder::on_process_event(const ProcEvent& event) {
       if (const ProcessInfo* parent = session_.find_process(event.ppid)) {
         child.cmdline = parent->cmdline;
         child.rank = parent->rank;
+        child.world_size = parent->world_size;
       }
       break;
     }
     case ProcEvent::Kind::kExec:
       session_.process(event.pid).rank.reset();
+      session_.process(event.pid).world_size.reset();
       refresh_identity(event.pid);
       break;
     case ProcEvent::Kind::kExit: {
@@ -189,7 +206,19 @@ size_t Recorder::live_processes() const {
   return n;
 }
 
+void Recorder::tick(uint64_t now_ns) {
+  if (!layers_.contains(Layer::kNccl)) return;
+  collectives_.set_session_start(session_.start_ns);
+  for (Anomaly& a : collectives_.check(now_ns)) {
+    fmt::print(stderr, "eacgm: anomaly [{}] {}\n", a.kind, a.message);
+    session_.anomalies.push_back(std::move(a));
+  }
+}
+
 std::vector<std::string> Recorder::finish_sinks() {
+  if (layers_.contains(Layer::kNccl)) {
+    session_.layers[Layer::kNccl].extra["ranks"] = collectives_.rank_figures();
+  }
   std::vector<std::string> errors;
   for (auto& sink : sinks_) {
     if (auto r = sink->finish(session_); !r) errors.push_back(r.error().message);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/collectives.h"
 #include "probes/tracer.h"
 #include "session/session.h"
 #include "sinks/sink.h"
@@ -17,8 +18,8 @@ namespace eacgm {
 
 class Recorder {
  public:
-  Recorder(Session& session, std::set<Layer> layers)
-      : session_(session), layers_(std::move(layers)) {}
+  Recorder(Session& session, std::set<Layer> layers, CollectiveTracker::Options collectives = {})
+      : session_(session), layers_(std::move(layers)), collectives_(collectives) {}
 
   void add_sink(std::unique_ptr<Sink> sink) { sinks_.push_back(std::move(sink)); }
   void set_tracer(Tracer* tracer) { tracer_ = tracer; }
@@ -38,6 +39,9 @@ class Recorder {
   // Processes still alive among those followed.
   size_t live_processes() const;
 
+  // Live analysis: reports anomalies that became clear by `now_ns`.
+  void tick(uint64_t now_ns);
+
   // Lets every sink write its final file.
   std::vector<std::string> finish_sinks();
 
@@ -55,6 +59,7 @@ class Recorder {
   Tracer* tracer_ = nullptr;
   std::vector<std::unique_ptr<Sink>> sinks_;
   std::set<uint32_t> stopped_;  // targets stopped by the loader probe
+  CollectiveTracker collectives_;
   std::vector<std::string> warnings_;
   uint64_t decode_errors_ = 0;
 };

@@ -85,7 +85,10 @@ sigset_t loop_signals() {
 class TraceRun {
  public:
   explicit TraceRun(const TraceOptions& options)
-      : options_(options), recorder_(session_, options.layers) {}
+      : options_(options),
+        recorder_(session_, options.layers,
+                  CollectiveTracker::Options{
+                      .hang_timeout_ns = static_cast<uint64_t>(options.hang_timeout_s * 1e9)}) {}
 
   // Returns an exit code on failure.
   std::optional<int> start() {
@@ -139,6 +142,7 @@ class TraceRun {
       const int n = ::poll(fds, 2, 100);
       if (n < 0 && errno != EINTR) break;
       tracer_->drain();
+      recorder_.tick(monotonic_ns());
       signalfd_siginfo si{};
       bool stop = false;
       while (read(sigfd_, &si, sizeof(si)) == sizeof(si)) stop |= on_signal(si);
@@ -154,6 +158,7 @@ class TraceRun {
     recorder_.resume_stopped_targets();
     tracer_->drain();
     session_.end_ns = monotonic_ns();
+    recorder_.tick(session_.end_ns);
     session_.events_dropped = tracer_->dropped();
     for (Layer layer : options_.layers) {
       LayerState& state = session_.layers[layer];
@@ -163,10 +168,13 @@ class TraceRun {
       }
       if (state.libraries.empty()) {
         state.status = LayerStatus::kUnavailable;
+        std::string_view prefix = layer_name(layer);
+        for (const LayerLibrary& lib : layer_libraries()) {
+          if (lib.layer == layer) prefix = lib.file_prefix;
+        }
         state.reason = fmt::format(
-            "no {} library was found in the traced processes or on their "
-            "library search path",
-            layer == Layer::kCuda ? "libcudart.so" : layer_name(layer));
+            "no {} library was found in the traced processes or on their library search path",
+            prefix);
       } else {
         state.status = LayerStatus::kActive;
       }

@@ -22,6 +22,7 @@ struct TraceOptions {
   bool stop_on_dlopen = true;
   bool verbose = false;
   bool quiet = false;  // no report on stdout
+  double hang_timeout_s = 5.0;  // a collective some ranks never entered for this long is a hang
 };
 
 // Runs `command` traced from its first instruction; returns its exit code.

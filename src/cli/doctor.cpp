@@ -129,7 +129,7 @@ int run_doctor() {
                       : fmt::format("ready: {} file(s)", files.size()));
     for (const std::string& f : files) fmt::print("  {:<33} {}\n", "", f);
   }
-  for (std::string_view layer : {"nccl", "torch", "python", "gpu", "os"}) {
+  for (std::string_view layer : {"torch", "python", "gpu", "os"}) {
     row(layer, false, "not implemented in this version");
   }
 

@@ -29,8 +29,9 @@ std::optional<std::set<Layer>> parse_layers(const std::string& text, std::string
       error = fmt::format("unknown layer '{}' (known: cuda, nccl, torch, python, os)", name);
       return std::nullopt;
     }
-    if (*layer != Layer::kCuda) {
-      error = fmt::format("layer '{}' is not implemented in this version (available: cuda)", name);
+    if (*layer != Layer::kCuda && *layer != Layer::kNccl) {
+      error = fmt::format("layer '{}' is not implemented in this version (available: cuda, nccl)",
+                          name);
       return std::nullopt;
     }
     layers.insert(*layer);
@@ -44,7 +45,11 @@ std::optional<std::set<Layer>> parse_layers(const std::string& text, std::string
 
 void add_trace_options(CLI::App* cmd, eacgm::TraceOptions& opts, std::string& layers) {
   cmd->add_option("-o,--output", opts.out_dir, "session directory to write")->required();
-  cmd->add_option("--layers", layers, "comma-separated layers to trace")->default_val("cuda");
+  cmd->add_option("--layers", layers, "comma-separated layers to trace")->default_val("cuda,nccl");
+  cmd->add_option("--hang-timeout", opts.hang_timeout_s,
+                  "seconds a collective may wait for missing ranks before it is a hang")
+      ->default_val(5.0)
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--btf", opts.btf_path, "kernel BTF file (default: the running kernel's)");
   cmd->add_flag(
       "--no-stop-on-dlopen", [&opts](int64_t) { opts.stop_on_dlopen = false; },

@@ -110,6 +110,128 @@ const std::vector<ProbeSpec>& cuda_table() {
   return table;
 }
 
+// The NCCL layer. Signatures from nccl.h. ncclUniqueId is 128 bytes passed by
+// value, so it travels in memory and takes no register: ncclCommInitRank's
+// `rank` is the third integer argument, and the first 16 bytes of the id
+// are the two captured stack words (they identify the communicator across
+// processes).
+const std::vector<ProbeSpec>& nccl_table() {
+  auto collective = [](std::string_view name, std::vector<ArgSpec> args, Slot comm) {
+    return ProbeSpec{.symbol = name,
+                     .layer = Layer::kNccl,
+                     .args = std::move(args),
+                     .bytes_slot = kRdx,
+                     .dtype_slot = kRcx,
+                     .emit_entry = true,
+                     .role = CallRole::kCollective,
+                     .comm_slot = comm};
+  };
+  const ArgSpec send{"sendbuff", kRdi, ArgFormat::kPointer};
+  const ArgSpec recv{"recvbuff", kRsi, ArgFormat::kPointer};
+  const ArgSpec dtype{"datatype", kRcx, ArgFormat::kNcclDataType};
+  static const std::vector<ProbeSpec> table = {
+      {.symbol = "ncclCommInitRank",
+       .layer = Layer::kNccl,
+       .args = {{"comm", kRdi, ArgFormat::kOutPointer},
+                {"nranks", kRsi, ArgFormat::kInt},
+                {"rank", kRdx, ArgFormat::kInt}},
+       .out_slot = kRdi,
+       .role = CallRole::kCommInit,
+       .rank_slot = kRdx,
+       .nranks_slot = kRsi},
+      {.symbol = "ncclCommInitRankConfig",
+       .layer = Layer::kNccl,
+       .args = {{"comm", kRdi, ArgFormat::kOutPointer},
+                {"nranks", kRsi, ArgFormat::kInt},
+                {"rank", kRdx, ArgFormat::kInt},
+                {"config", kRcx, ArgFormat::kPointer}},
+       .out_slot = kRdi,
+       .role = CallRole::kCommInit,
+       .rank_slot = kRdx,
+       .nranks_slot = kRsi},
+      {.symbol = "ncclCommInitAll",
+       .layer = Layer::kNccl,
+       .args = {{"comms", kRdi, ArgFormat::kPointer},
+                {"ndev", kRsi, ArgFormat::kInt},
+                {"devlist", kRdx, ArgFormat::kPointer}}},
+      {.symbol = "ncclCommSplit",
+       .layer = Layer::kNccl,
+       .args = {{"comm", kRdi, ArgFormat::kPointer},
+                {"color", kRsi, ArgFormat::kInt},
+                {"key", kRdx, ArgFormat::kInt},
+                {"newcomm", kRcx, ArgFormat::kOutPointer},
+                {"config", kR8, ArgFormat::kPointer}},
+       .out_slot = kRcx},
+      {.symbol = "ncclCommDestroy",
+       .layer = Layer::kNccl,
+       .args = {{"comm", kRdi, ArgFormat::kPointer}},
+       .role = CallRole::kCommDestroy,
+       .comm_slot = kRdi},
+      {.symbol = "ncclCommAbort",
+       .layer = Layer::kNccl,
+       .args = {{"comm", kRdi, ArgFormat::kPointer}},
+       .role = CallRole::kCommDestroy,
+       .comm_slot = kRdi},
+      collective("ncclAllReduce",
+                 {send, recv, {"count", kRdx, ArgFormat::kSize}, dtype,
+                  {"op", kR8, ArgFormat::kNcclRedOp}, {"comm", kR9, ArgFormat::kPointer},
+                  {"stream", kStack0, ArgFormat::kPointer}},
+                 kR9),
+      collective("ncclBroadcast",
+                 {send, recv, {"count", kRdx, ArgFormat::kSize}, dtype,
+                  {"root", kR8, ArgFormat::kInt}, {"comm", kR9, ArgFormat::kPointer},
+                  {"stream", kStack0, ArgFormat::kPointer}},
+                 kR9),
+      collective("ncclReduce",
+                 {send, recv, {"count", kRdx, ArgFormat::kSize}, dtype,
+                  {"op", kR8, ArgFormat::kNcclRedOp}, {"root", kR9, ArgFormat::kInt},
+                  {"comm", kStack0, ArgFormat::kPointer}, {"stream", kStack1, ArgFormat::kPointer}},
+                 kStack0),
+      collective("ncclAllGather",
+                 {send, recv, {"sendcount", kRdx, ArgFormat::kSize}, dtype,
+                  {"comm", kR8, ArgFormat::kPointer}, {"stream", kR9, ArgFormat::kPointer}},
+                 kR8),
+      collective("ncclReduceScatter",
+                 {send, recv, {"recvcount", kRdx, ArgFormat::kSize}, dtype,
+                  {"op", kR8, ArgFormat::kNcclRedOp}, {"comm", kR9, ArgFormat::kPointer},
+                  {"stream", kStack0, ArgFormat::kPointer}},
+                 kR9),
+      {.symbol = "ncclSend",
+       .layer = Layer::kNccl,
+       .args = {send, {"count", kRsi, ArgFormat::kSize}, {"datatype", kRdx, ArgFormat::kNcclDataType},
+                {"peer", kRcx, ArgFormat::kInt}, {"comm", kR8, ArgFormat::kPointer},
+                {"stream", kR9, ArgFormat::kPointer}},
+       .bytes_slot = kRsi,
+       .dtype_slot = kRdx,
+       .role = CallRole::kPointToPoint,
+       .comm_slot = kR8},
+      {.symbol = "ncclRecv",
+       .layer = Layer::kNccl,
+       .args = {{"recvbuff", kRdi, ArgFormat::kPointer}, {"count", kRsi, ArgFormat::kSize},
+                {"datatype", kRdx, ArgFormat::kNcclDataType}, {"peer", kRcx, ArgFormat::kInt},
+                {"comm", kR8, ArgFormat::kPointer}, {"stream", kR9, ArgFormat::kPointer}},
+       .bytes_slot = kRsi,
+       .dtype_slot = kRdx,
+       .role = CallRole::kPointToPoint,
+       .comm_slot = kR8},
+      {.symbol = "ncclGroupStart", .layer = Layer::kNccl, .args = {}},
+      {.symbol = "ncclGroupEnd", .layer = Layer::kNccl, .args = {}},
+  };
+  return table;
+}
+
+constexpr std::string_view kNcclResults[] = {
+    "ncclSuccess",       "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError",
+    "ncclInvalidArgument", "ncclInvalidUsage",     "ncclRemoteError", "ncclInProgress"};
+
+// ncclDataType_t values 0..11 from nccl.h, with their sizes.
+constexpr std::pair<std::string_view, uint64_t> kNcclTypes[] = {
+    {"ncclInt8", 1},    {"ncclUint8", 1},   {"ncclInt32", 4},    {"ncclUint32", 4},
+    {"ncclInt64", 8},   {"ncclUint64", 8},  {"ncclFloat16", 2},  {"ncclFloat32", 4},
+    {"ncclFloat64", 8}, {"ncclBfloat16", 2}, {"ncclFloat8e4m3", 1}, {"ncclFloat8e5m2", 1}};
+
+constexpr std::string_view kNcclOps[] = {"ncclSum", "ncclProd", "ncclMax", "ncclMin", "ncclAvg"};
+
 constexpr std::pair<int64_t, std::string_view> kCudaErrors[] = {
     // Values of enum cudaError from the CUDA runtime's driver_types.h.
     {0, "cudaSuccess"},
@@ -285,6 +407,8 @@ std::span<const ProbeSpec> probe_table(Layer layer) {
   switch (layer) {
     case Layer::kCuda:
       return cuda_table();
+    case Layer::kNccl:
+      return nccl_table();
     default:
       return {};
   }
@@ -319,6 +443,15 @@ std::vector<DecodedArg> decode_args(const ProbeSpec& spec, const RawCall& call) 
       case ArgFormat::kDim3:
         d.text = dim3_text(v, call.args[arg.slot + 1]);
         break;
+      case ArgFormat::kNcclDataType:
+        d.text = std::string(nccl_type_name(static_cast<uint32_t>(v)));
+        break;
+      case ArgFormat::kNcclRedOp: {
+        const auto op = static_cast<uint32_t>(v);
+        // Ops past ncclAvg are user-defined (ncclRedOpCreatePreMulSum).
+        d.text = op < std::size(kNcclOps) ? std::string(kNcclOps[op]) : fmt::format("custom({})", op);
+        break;
+      }
     }
     out.push_back(std::move(d));
   }
@@ -326,7 +459,34 @@ std::vector<DecodedArg> decode_args(const ProbeSpec& spec, const RawCall& call) 
 }
 
 uint64_t call_bytes(const ProbeSpec& spec, const RawCall& call) {
-  return spec.bytes_slot == kNoSlot ? 0 : call.args[spec.bytes_slot];
+  if (spec.bytes_slot == kNoSlot) return 0;
+  const uint64_t n = call.args[spec.bytes_slot];
+  if (spec.dtype_slot == kNoSlot) return n;
+  return n * nccl_type_size(static_cast<uint32_t>(call.args[spec.dtype_slot]));
+}
+
+uint64_t nccl_type_size(uint64_t datatype) {
+  return datatype < std::size(kNcclTypes) ? kNcclTypes[datatype].second : 0;
+}
+
+std::string_view nccl_type_name(uint64_t datatype) {
+  return datatype < std::size(kNcclTypes) ? kNcclTypes[datatype].first : "ncclUnknownType";
+}
+
+std::string_view nccl_result_name(int64_t code) {
+  return code >= 0 && code < static_cast<int64_t>(std::size(kNcclResults)) ? kNcclResults[code]
+                                                                             : "ncclUnknownResult";
+}
+
+std::string status_name(Layer layer, int64_t code) {
+  switch (layer) {
+    case Layer::kCuda:
+      return std::string(cuda_error_name(code));
+    case Layer::kNccl:
+      return std::string(nccl_result_name(code));
+    default:
+      return std::to_string(code);
+  }
 }
 
 std::string_view cuda_error_name(int64_t code) {

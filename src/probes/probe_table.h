@@ -39,6 +39,8 @@ enum class ArgFormat : uint8_t {
   kMemcpyKind,  // cudaMemcpyKind, shown by name
   kDim3,        // a dim3 passed by value: x and y packed in `slot`, z in the next slot
   kOutPointer,  // a T** whose pointee is read at return (shown as the value written)
+  kNcclDataType,  // ncclDataType_t, shown by name
+  kNcclRedOp,     // ncclRedOp_t, shown by name
 };
 
 struct ArgSpec {
@@ -49,15 +51,30 @@ struct ArgSpec {
 
 enum class MemoryEffect : uint8_t { kNone, kDeviceAlloc, kDeviceFree, kHostAlloc, kHostFree };
 
+// What a call means for cross-process analysis (NCCL communicators).
+enum class CallRole : uint8_t {
+  kPlain,
+  kCommInit,      // creates a communicator: written to out_slot, rank and nranks in slots
+  kCommDestroy,   // ends the communicator in comm_slot
+  kCollective,    // every rank of comm_slot must enter it: arrivals are compared
+  kPointToPoint,  // send/recv with one peer
+};
+
 struct ProbeSpec {
   std::string_view symbol;
   Layer layer;
   std::vector<ArgSpec> args;
-  Slot bytes_slot = kNoSlot;  // argument holding the bytes the call allocates or moves
+  Slot bytes_slot = kNoSlot;  // argument holding the bytes (or elements) the call moves
+  Slot dtype_slot = kNoSlot;  // if set, bytes_slot counts elements of this NCCL datatype
   Slot out_slot = kNoSlot;    // pointer argument whose pointee BPF reads at return
   MemoryEffect memory = MemoryEffect::kNone;
   Slot memory_ptr_slot = kNoSlot;  // for frees: the pointer being released
   bool returns_status = true;      // return value is a 32-bit status code, 0 = success
+  bool emit_entry = false;         // announce the start (the call may never return)
+  CallRole role = CallRole::kPlain;
+  Slot comm_slot = kNoSlot;        // the communicator handle
+  Slot rank_slot = kNoSlot;        // kCommInit: this process's rank
+  Slot nranks_slot = kNoSlot;      // kCommInit: the communicator's size
 };
 
 // The rows of one layer; a row's index is its attach cookie and func_id.
@@ -82,6 +99,13 @@ uint64_t call_bytes(const ProbeSpec& spec, const RawCall& call);
 
 // The CUDA runtime's name for an error code ("cudaErrorInsufficientDriver").
 std::string_view cuda_error_name(int64_t code);
+std::string_view nccl_result_name(int64_t code);
+// A status code's name in the layer's own terms ("cudaErrorMemoryAllocation",
+// "ncclSystemError"); the number as text for layers without names.
+std::string status_name(Layer layer, int64_t code);
+// Bytes per element of an ncclDataType_t; 0 for an unknown type.
+uint64_t nccl_type_size(uint64_t datatype);
+std::string_view nccl_type_name(uint64_t datatype);
 std::string_view memcpy_kind_name(uint64_t kind);
 
 }  // namespace eacgm

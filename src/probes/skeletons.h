@@ -7,4 +7,5 @@
 #pragma GCC diagnostic ignored "-Wpedantic"
 #include "core.skel.h"
 #include "cuda.skel.h"
+#include "nccl.skel.h"
 #pragma GCC diagnostic pop

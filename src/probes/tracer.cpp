@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -19,6 +20,7 @@ namespace {
 
 constexpr LayerLibrary kLayerLibraries[] = {
     {Layer::kCuda, "libcudart.so"},
+    {Layer::kNccl, "libnccl.so"},
 };
 
 // libbpf's diagnostics are collected and shown only when loading fails (or
@@ -80,17 +82,66 @@ std::optional<Layer> library_layer(std::string_view path) {
   return std::nullopt;
 }
 
+// The entry and return programs of one layer's loaded object.
+struct LayerPrograms {
+  bpf_program* entry = nullptr;
+  bpf_program* ret = nullptr;
+  std::function<void()> destroy;
+};
+
 struct Tracer::Programs {
   eacgm_core* core = nullptr;
-  eacgm_cuda* cuda = nullptr;
+  std::map<Layer, LayerPrograms> layers;
   std::vector<bpf_link*> core_links;
 
   ~Programs() {
     for (bpf_link* link : core_links) bpf_link__destroy(link);
-    eacgm_cuda__destroy(cuda);
+    for (auto& [layer, progs] : layers) progs.destroy();
     eacgm_core__destroy(core);
   }
 };
+
+namespace {
+
+// Opens, configures from the probe table, and loads one layer object. Every
+// layer object has the same shape (see bpf/cuda.bpf.c), so one template
+// serves all of them.
+template <typename Skel>
+Result<LayerPrograms> load_layer(Layer layer, Skel* (*open)(const bpf_object_open_opts*),
+                                 int (*load)(Skel*), void (*destroy)(Skel*), eacgm_core* core,
+                                 const bpf_object_open_opts* opts, bool multi) {
+  Skel* skel = open(opts);
+  const std::string name(layer_name(layer));
+  if (!skel) return Error{libbpf_error("cannot open the " + name + " BPF program", errno)};
+  LayerPrograms progs{.entry = skel->progs.call_entry,
+                      .ret = skel->progs.call_return,
+                      .destroy = [skel, destroy] { destroy(skel); }};
+  if (int err = reuse_shared_maps(skel, core); err) {
+    progs.destroy();
+    return Error{libbpf_error("cannot share maps with the " + name + " BPF program", err)};
+  }
+  std::span<const ProbeSpec> table = probe_table(layer);
+  for (size_t i = 0; i < EACGM_MAX_FUNCS; ++i) {
+    skel->rodata->out_slot[i] = kNoSlot;
+    skel->rodata->emit_entry[i] = 0;
+  }
+  for (size_t i = 0; i < table.size(); ++i) {
+    skel->rodata->out_slot[i] = table[i].out_slot;
+    skel->rodata->emit_entry[i] = table[i].emit_entry ? 1 : 0;
+  }
+  if (multi) {
+    const auto type = static_cast<bpf_attach_type>(kBpfTraceUprobeMulti);
+    bpf_program__set_expected_attach_type(progs.entry, type);
+    bpf_program__set_expected_attach_type(progs.ret, type);
+  }
+  if (int err = load(skel); err) {
+    progs.destroy();
+    return Error{libbpf_error("cannot load the " + name + " BPF program", err)};
+  }
+  return progs;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandler handler) {
   static std::once_flag print_once;
@@ -107,8 +158,8 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
   LIBBPF_OPTS(bpf_object_open_opts, open_opts);
   if (!options.btf_path.empty()) {
     if (access(options.btf_path.c_str(), R_OK) != 0) {
-      return Error{
-          fmt::format("cannot read kernel BTF {}: {}", options.btf_path, std::strerror(errno))};
+      return Error{fmt::format("cannot read kernel BTF {}: {}", options.btf_path,
+                               std::strerror(errno))};
     }
     open_opts.btf_custom_path = options.btf_path.c_str();
   }
@@ -128,23 +179,22 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
     p.core_links.push_back(link);
   }
 
-  if (options.layers.contains(Layer::kCuda)) {
-    p.cuda = eacgm_cuda__open_opts(&open_opts);
-    if (!p.cuda) return Error{libbpf_error("cannot open the CUDA BPF program", errno)};
-    if (int err = reuse_shared_maps(p.cuda, p.core); err) {
-      return Error{libbpf_error("cannot share maps with the CUDA BPF program", err)};
+  for (Layer layer : options.layers) {
+    Result<LayerPrograms> progs = Error{fmt::format("layer {} has no BPF program", layer_name(layer))};
+    switch (layer) {
+      case Layer::kCuda:
+        progs = load_layer(layer, eacgm_cuda__open_opts, eacgm_cuda__load, eacgm_cuda__destroy,
+                           p.core, &open_opts, tracer->multi_);
+        break;
+      case Layer::kNccl:
+        progs = load_layer(layer, eacgm_nccl__open_opts, eacgm_nccl__load, eacgm_nccl__destroy,
+                           p.core, &open_opts, tracer->multi_);
+        break;
+      default:
+        break;
     }
-    std::span<const ProbeSpec> table = probe_table(Layer::kCuda);
-    for (size_t i = 0; i < EACGM_MAX_FUNCS; ++i) p.cuda->rodata->out_slot[i] = kNoSlot;
-    for (size_t i = 0; i < table.size(); ++i) p.cuda->rodata->out_slot[i] = table[i].out_slot;
-    if (tracer->multi_) {
-      const auto type = static_cast<bpf_attach_type>(kBpfTraceUprobeMulti);
-      bpf_program__set_expected_attach_type(p.cuda->progs.cuda_entry, type);
-      bpf_program__set_expected_attach_type(p.cuda->progs.cuda_return, type);
-    }
-    if (int err = eacgm_cuda__load(p.cuda); err) {
-      return Error{libbpf_error("cannot load the CUDA BPF program", err)};
-    }
+    if (!progs) return progs.error();
+    p.layers.emplace(layer, std::move(*progs));
   }
 
   tracer->ring_ = ring_buffer__new(
@@ -178,13 +228,12 @@ Result<bool> Tracer::attach_library(Layer layer, const std::string& path) {
   for (const TracedLibrary& lib : libraries_) {
     if (lib.id == *id && lib.layer == layer) return false;
   }
-  bpf_program* entry = nullptr;
-  bpf_program* ret = nullptr;
-  if (layer == Layer::kCuda && programs_->cuda) {
-    entry = programs_->cuda->progs.cuda_entry;
-    ret = programs_->cuda->progs.cuda_return;
+  auto progs = programs_->layers.find(layer);
+  if (progs == programs_->layers.end()) {
+    return Error{fmt::format("layer {} is not enabled", layer_name(layer))};
   }
-  if (!entry) return Error{fmt::format("layer {} is not enabled", layer_name(layer))};
+  bpf_program* entry = progs->second.entry;
+  bpf_program* ret = progs->second.ret;
 
   auto symbols = read_function_symbols(path);
   if (!symbols) return symbols.error();

@@ -32,7 +32,7 @@ Result<T> read_struct(std::span<const std::byte> data, std::string_view what) {
   return out;
 }
 
-Result<Event> decode_call(std::span<const std::byte> data) {
+Result<Event> decode_call(std::span<const std::byte> data, bool finished) {
   auto raw = read_struct<eacgm_call>(data, "call");
   if (!raw) return raw.error();
   const eacgm_call& c = *raw;
@@ -50,6 +50,7 @@ Result<Event> decode_call(std::span<const std::byte> data) {
   call.start_ns = c.hdr.ts_ns;
   call.duration_ns = c.duration_ns;
   call.depth = c.depth;
+  call.finished = finished;
   std::memcpy(call.raw.args.data(), c.args, sizeof(c.args));
   call.raw.out_value = c.out_value;
   // Status codes (cudaError_t, ncclResult_t) are 32-bit ints: the upper half
@@ -79,7 +80,9 @@ Result<Event> decode_event(std::span<const std::byte> data) {
   if (!header) return header.error();
   switch (header->kind) {
     case EACGM_EV_CALL:
-      return decode_call(data);
+      return decode_call(data, true);
+    case EACGM_EV_CALL_BEGIN:
+      return decode_call(data, false);
     case EACGM_EV_PROC_FORK:
       return decode_proc(data, ProcEvent::Kind::kFork);
     case EACGM_EV_PROC_EXEC:

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -13,7 +14,16 @@
 
 namespace eacgm {
 
-// One finished traced call, decoded from the ring buffer.
+// A collective's place in its communicator, the same on every rank.
+struct CollectiveRef {
+  std::string comm_id;  // identifies the communicator across processes
+  uint64_t seq = 0;     // 1 for the first collective on the communicator
+  int rank = -1;
+  int nranks = 0;
+};
+
+// One finished traced call, decoded from the ring buffer (or, for rows that
+// announce their start, a call that has just begun: finished == false).
 struct CallRecord {
   uint32_t pid = 0;
   uint32_t tid = 0;
@@ -22,7 +32,9 @@ struct CallRecord {
   uint64_t start_ns = 0;  // CLOCK_MONOTONIC (bpf_ktime_get_ns)
   uint64_t duration_ns = 0;
   uint32_t depth = 0;
+  bool finished = true;
   RawCall raw;
+  std::optional<CollectiveRef> collective;  // set by the recorder for NCCL collectives
 
   Layer layer() const { return spec->layer; }
   std::string_view name() const { return spec->symbol; }
@@ -43,6 +55,7 @@ struct ProcessInfo {
   std::string comm;
   std::vector<std::string> cmdline;
   std::optional<int> rank;
+  std::optional<int> world_size;  // WORLD_SIZE from the environment
   uint64_t start_ns = 0;  // monotonic; 0 when it was already running
   uint64_t end_ns = 0;    // monotonic; 0 while alive
   std::optional<ProcessExit> exit;
@@ -77,6 +90,20 @@ struct LayerState {
   std::string reason;                      // why unavailable or disabled
   std::vector<std::string> libraries;      // files whose functions are probed
   std::map<std::string, CallStats> calls;  // by symbol name
+  nlohmann::json extra = nlohmann::json::object();  // layer-specific figures (nccl: ranks)
+};
+
+// Something slow or broken, with the evidence and what to do about it.
+struct Anomaly {
+  std::string kind;  // "straggler", "hang", ...
+  Layer layer = Layer::kCuda;
+  std::optional<uint32_t> pid;
+  std::optional<int> rank;
+  double t_s = 0;    // seconds since the session started
+  double score = 0;  // lower is more anomalous (a log-probability)
+  nlohmann::json evidence = nlohmann::json::object();
+  std::string message;
+  std::string suggestion;
 };
 
 class Session {
@@ -100,6 +127,7 @@ class Session {
   std::map<uint32_t, ProcessInfo> processes;
   std::map<Layer, LayerState> layers;
   std::map<uint32_t, DeviceMemory> device_memory;  // by pid
+  std::vector<Anomaly> anomalies;
 
   double duration_s() const { return end_ns > start_ns ? (end_ns - start_ns) / 1e9 : 0.0; }
 };

@@ -22,6 +22,19 @@ namespace {
 
 namespace pb = ::eacgm::perfetto;
 
+}  // namespace
+
+uint64_t collective_flow_id(const CollectiveRef& c) {
+  // FNV-1a over the communicator id and sequence number: equal on every rank.
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint8_t byte) { h = (h ^ byte) * 1099511628211ull; };
+  for (char ch : c.comm_id) mix(static_cast<uint8_t>(ch));
+  for (int i = 0; i < 8; ++i) mix(static_cast<uint8_t>(c.seq >> (8 * i)));
+  return h;
+}
+
+namespace {
+
 constexpr size_t kEventsBufferBytes = 1 << 20;
 constexpr size_t kCopyChunkBytes = 1 << 20;
 
@@ -181,13 +194,20 @@ void PerfettoWriter::append_call_packets(const CallRecord& call, std::string* be
     add_annotation(event, arg.name, arg.text);
   }
   add_annotation(event, "ret", call.raw.ret);
-  if (spec.layer == Layer::kCuda && spec.returns_status) {
-    add_annotation(event, "ret_name", cuda_error_name(call.raw.ret));
+  if (spec.returns_status) {
+    add_annotation(event, "ret_name", status_name(call.layer(), call.raw.ret));
   }
   // A failed call moved nothing (as in the session's statistics); what it
   // asked for is still in its arguments.
   add_annotation(event, "bytes", call.failed() ? 0 : static_cast<int64_t>(call.bytes()));
   add_annotation(event, "depth", static_cast<int64_t>(call.depth));
+  if (call.collective) {
+    const CollectiveRef& c = *call.collective;
+    add_annotation(event, "comm", c.comm_id);
+    add_annotation(event, "seq", static_cast<int64_t>(c.seq));
+    add_annotation(event, "rank", static_cast<int64_t>(c.rank));
+    event->add_flow_ids(collective_flow_id(c));
+  }
   append_framed(packet, begin);
 
   // The END needs no name or arguments: it closes the innermost open slice

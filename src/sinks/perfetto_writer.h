@@ -27,6 +27,9 @@ namespace perfetto {
 class TracePacket;  // generated from proto/perfetto_trace.proto
 }  // namespace perfetto
 
+// The flow id linking one NCCL collective across the ranks' tracks.
+uint64_t collective_flow_id(const CollectiveRef& collective);
+
 class PerfettoWriter : public Sink {
  public:
   // Creates `path` and its temporary events file; fails with a message naming

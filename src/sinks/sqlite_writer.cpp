@@ -31,6 +31,13 @@ CREATE TABLE calls(
   depth INTEGER NOT NULL,
   args TEXT NOT NULL
 );
+CREATE TABLE collectives(
+  call_id INTEGER PRIMARY KEY REFERENCES calls(id),
+  comm TEXT NOT NULL,
+  rank INTEGER NOT NULL,
+  nranks INTEGER NOT NULL,
+  seq INTEGER NOT NULL
+);
 CREATE TABLE processes(
   pid INTEGER PRIMARY KEY,
   ppid INTEGER,
@@ -79,6 +86,9 @@ constexpr const char* kInsertCall =
     "INSERT INTO calls(pid, tid, layer, name, start_ns, duration_ns, ret, error, bytes, depth, "
     "args) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
+constexpr const char* kInsertCollective =
+    "INSERT INTO collectives(call_id, comm, rank, nranks, seq) VALUES(?, ?, ?, ?, ?)";
+
 struct StmtDeleter {
   void operator()(sqlite3_stmt* stmt) const { sqlite3_finalize(stmt); }
 };
@@ -123,12 +133,10 @@ std::string to_json(const nlohmann::ordered_json& value) {
   return value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-// The name of a failed call's error: CUDA's own names; for other layers the
-// code, until the probe table names their errors too.
+// The name of a failed call's error, in the layer's own terms.
 std::optional<std::string> error_name(const CallRecord& call) {
   if (!call.failed()) return std::nullopt;
-  if (call.layer() == Layer::kCuda) return std::string(cuda_error_name(call.raw.ret));
-  return "error " + std::to_string(call.raw.ret);
+  return status_name(call.layer(), call.raw.ret);
 }
 
 std::string args_json(const CallRecord& call) {
@@ -213,6 +221,9 @@ Result<std::unique_ptr<SqliteWriter>> SqliteWriter::open(const std::string& path
   if (Result<void> r = writer->prepare(kInsertCall, &writer->insert_call_); !r.ok()) {
     return Error{"cannot create SQLite database " + path + ": " + r.error().message};
   }
+  if (Result<void> r = writer->prepare(kInsertCollective, &writer->insert_collective_); !r.ok()) {
+    return Error{"cannot create SQLite database " + path + ": " + r.error().message};
+  }
   return writer;
 }
 
@@ -223,6 +234,7 @@ SqliteWriter::~SqliteWriter() {
   // Without finish(), keep what was recorded.
   if (in_transaction_) sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
   sqlite3_finalize(insert_call_);
+  sqlite3_finalize(insert_collective_);
   sqlite3_close(db_);
 }
 
@@ -302,6 +314,18 @@ void SqliteWriter::on_call(const CallRecord& call) {
     return;
   }
   ++calls_written_;
+  if (call.collective) {
+    const CollectiveRef& c = *call.collective;
+    sqlite3_stmt* coll = insert_collective_;
+    bind_int(coll, 1, sqlite3_last_insert_rowid(db_));
+    bind_text(coll, 2, c.comm_id);
+    bind_int(coll, 3, c.rank);
+    bind_int(coll, 4, c.nranks);
+    bind_int(coll, 5, static_cast<int64_t>(c.seq));
+    const int crc = sqlite3_step(coll);
+    sqlite3_reset(coll);
+    if (crc != SQLITE_DONE) fail(sqlite_error("inserting a collective into " + path_));
+  }
 
   if (++batch_rows_ >= kBatchRows ||
       std::chrono::steady_clock::now() - batch_started_ >= kBatchInterval) {
@@ -461,6 +485,8 @@ Result<void> SqliteWriter::finish(const Session& session) {
   }
   sqlite3_finalize(insert_call_);
   insert_call_ = nullptr;
+  sqlite3_finalize(insert_collective_);
+  insert_collective_ = nullptr;
   if (sqlite3_close(db_) != SQLITE_OK) fail(sqlite_error("closing"));
   db_ = nullptr;
   if (!error_.empty()) {

@@ -58,6 +58,7 @@ class SqliteWriter : public Sink {
   std::string path_;
   sqlite3* db_ = nullptr;
   sqlite3_stmt* insert_call_ = nullptr;
+  sqlite3_stmt* insert_collective_ = nullptr;
   bool in_transaction_ = false;
   bool finished_ = false;
   size_t batch_rows_ = 0;

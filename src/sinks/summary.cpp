@@ -22,10 +22,6 @@ std::string_view status_name(LayerStatus s) {
   return "disabled";
 }
 
-std::string error_name(Layer layer, int64_t code) {
-  if (layer == Layer::kCuda) return std::string(cuda_error_name(code));
-  return std::to_string(code);
-}
 
 // The key under which a layer lists its calls, as DESIGN.md names them.
 std::string_view calls_key(Layer layer) {
@@ -105,12 +101,13 @@ nlohmann::json summary_json(const Session& s) {
                   {"bytes", st.bytes}};
         if (!st.errors_by_code.empty()) {
           json by_code = json::object();
-          for (auto [code, n] : st.errors_by_code) by_code[error_name(layer, code)] = n;
+          for (auto [code, n] : st.errors_by_code) by_code[status_name(layer, code)] = n;
           c["errors_by_code"] = std::move(by_code);
         }
         calls[name] = std::move(c);
       }
       l[calls_key(layer)] = std::move(calls);
+      for (const auto& [key, value] : state.extra.items()) l[key] = value;
     }
     layers[std::string(layer_name(layer))] = std::move(l);
   }
@@ -124,7 +121,19 @@ nlohmann::json summary_json(const Session& s) {
   }
   out["memory"] = {{"outstanding_device_bytes", std::move(outstanding)},
                    {"peak_device_bytes", std::move(peak)}};
-  out["anomalies"] = json::array();
+  json anomalies = json::array();
+  for (const Anomaly& a : s.anomalies) {
+    anomalies.push_back({{"kind", a.kind},
+                         {"layer", layer_name(a.layer)},
+                         {"pid", a.pid ? json(*a.pid) : json(nullptr)},
+                         {"rank", a.rank ? json(*a.rank) : json(nullptr)},
+                         {"t_s", a.t_s},
+                         {"score", a.score},
+                         {"evidence", a.evidence},
+                         {"message", a.message},
+                         {"suggestion", a.suggestion}});
+  }
+  out["anomalies"] = std::move(anomalies);
   return out;
 }
 
@@ -174,7 +183,7 @@ std::string text_report(const Session& s) {
                        st.errors, human_ns(st.total_ns), human_ns(st.percentile_ns(50)),
                        human_ns(st.percentile_ns(99)), st.bytes ? human_bytes(st.bytes) : "-"));
       for (auto [code, n] : st.errors_by_code) {
-        line(fmt::format("      {} x {} ({})", n, error_name(layer, code), code));
+        line(fmt::format("      {} x {} ({})", n, status_name(layer, code), code));
       }
     }
   }
@@ -185,6 +194,13 @@ std::string text_report(const Session& s) {
       line(fmt::format("  pid {:<8} {:<16} {:>11} ({})", pid, p ? p->comm : "?",
                        human_bytes(static_cast<double>(mem.outstanding_bytes)),
                        human_bytes(static_cast<double>(mem.peak_bytes))));
+    }
+  }
+  if (!s.anomalies.empty()) {
+    line(fmt::format("\nanomalies ({}):", s.anomalies.size()));
+    for (const Anomaly& a : s.anomalies) {
+      line(fmt::format("  [{}] {} at {:.1f} s: {}", a.kind, layer_name(a.layer), a.t_s, a.message));
+      if (!a.suggestion.empty()) line(fmt::format("      suggestion: {}", a.suggestion));
     }
   }
   line("\nprocesses:");

@@ -387,10 +387,11 @@ TEST(PerfettoWriter, AnnotatesArgumentsReturnAndBytes) {
   EXPECT_EQ(annotation(*failed, "bytes")->int_value(), 0);   // it allocated nothing
   EXPECT_EQ(annotation(*failed, "size")->int_value(), 256);  // what it asked for
 
-  // Not CUDA: no ret_name; no arguments for operators without an arg spec.
+  // NCCL status codes are named in NCCL's terms; no arguments for operators
+  // without an arg spec.
   const pb::TrackEvent* nccl = begin_at(1400, "ncclAllReduce");
   ASSERT_NE(nccl, nullptr);
-  EXPECT_EQ(annotation(*nccl, "ret_name"), nullptr);
+  EXPECT_EQ(annotation(*nccl, "ret_name")->string_value(), "ncclSuccess");
   EXPECT_EQ(annotation(*nccl, "count")->int_value(), 1024);
   EXPECT_EQ(nccl->categories(0), "nccl");
   const pb::TrackEvent* step = begin_at(1000, "train.py:step");

@@ -233,7 +233,7 @@ TEST(SqliteWriter, WritesCallsSessionAndMeta) {
        int_value(3100), int_value(10), int_value(0), null_value(), int_value(64), int_value(0)},
       {int_value(5), int_value(200), int_value(200), text_value("nccl"),
        text_value("ncclAllReduce"), int_value(3200), int_value(77), int_value(2),
-       text_value("error 2"), int_value(0), int_value(0)},
+       text_value("ncclSystemError"), int_value(0), int_value(0)},
       {int_value(6), int_value(300), int_value(301), text_value("torch"), text_value("aten::mm"),
        int_value(4000), int_value(5), int_value(0), null_value(), int_value(0), int_value(0)},
   };

@@ -1,0 +1,282 @@
+#include "analysis/collectives.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace eacgm {
+namespace {
+
+int64_t median_of(std::vector<int64_t> v) {
+  if (v.empty()) return 0;
+  auto mid = v.begin() + static_cast<ptrdiff_t>((v.size() - 1) / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+// log10 of P(X >= k) for X ~ Binomial(n, p): how unlikely it is that a rank
+// is last k times out of n if the arrival order were random.
+double log10_binomial_tail(uint64_t n, uint64_t k, double p) {
+  if (k == 0) return 0.0;
+  double total = 0.0;
+  for (uint64_t i = k; i <= n; ++i) {
+    const double log_term = std::lgamma(n + 1.0) - std::lgamma(i + 1.0) - std::lgamma(n - i + 1.0) +
+                            i * std::log(p) + (n - i) * std::log1p(-p);
+    total += std::exp(log_term);
+  }
+  return total > 0 ? std::log10(total) : -300.0;
+}
+
+// nccl-tests' bus bandwidth factors: the bytes each rank moves over its
+// links per byte of the operation.
+double bus_factor(std::string_view name, int n) {
+  if (n <= 1) return 0.0;
+  if (name == "ncclAllReduce") return 2.0 * (n - 1) / n;
+  if (name == "ncclAllGather" || name == "ncclReduceScatter") return 1.0 * (n - 1);
+  return 1.0;  // broadcast, reduce
+}
+
+std::string hex16(uint64_t a, uint64_t b) { return fmt::format("{:016x}{:016x}", a, b); }
+
+}  // namespace
+
+CollectiveTracker::Comm* CollectiveTracker::comm_of(const CallRecord& call,
+                                                    const ProcessInfo* process) {
+  const uint64_t handle = call.raw.args[call.spec->comm_slot];
+  auto it = comms_.find({call.pid, handle});
+  if (it != comms_.end()) return &it->second;
+  // A communicator created before we attached: if the launcher told the
+  // process its rank and world size, assume the one world communicator.
+  if (process && process->rank && process->world_size) {
+    Comm comm{.id = "world", .rank = *process->rank, .nranks = *process->world_size, .next_seq = 0};
+    return &comms_.emplace(CommKey{call.pid, handle}, comm).first->second;
+  }
+  return nullptr;
+}
+
+std::optional<CollectiveRef> CollectiveTracker::on_begin(const CallRecord& call,
+                                                         const ProcessInfo* process) {
+  if (call.spec->role != CallRole::kCollective) return std::nullopt;
+  Comm* comm = comm_of(call, process);
+  if (!comm) return std::nullopt;
+  const uint64_t seq = ++comm->next_seq;
+  Pending& pending = pending_[{comm->id, seq}];
+  if (pending.arrivals.empty()) {
+    pending.name = std::string(call.name());
+    pending.nranks = comm->nranks;
+    pending.first_ns = call.start_ns;
+  }
+  pending.first_ns = std::min(pending.first_ns, call.start_ns);
+  pending.arrivals[comm->rank] = Arrival{call.start_ns, call.pid};
+  RankStats& stats = ranks_[{comm->id, comm->rank}];
+  stats.pid = call.pid;
+  stats.comm_id = comm->id;
+  const CollectiveRef ref{comm->id, seq, comm->rank, comm->nranks};
+  if (static_cast<int>(pending.arrivals.size()) == pending.nranks) {
+    settle(comm->id, seq, pending);
+    pending_.erase({comm->id, seq});
+  }
+  return ref;
+}
+
+void CollectiveTracker::settle(const std::string& comm_id, uint64_t seq, Pending& pending) {
+  (void)seq;
+  std::vector<int64_t> times;
+  for (const auto& [rank, a] : pending.arrivals) times.push_back(static_cast<int64_t>(a.ts_ns));
+  const int64_t median = median_of(times);
+  int last_rank = -1;
+  uint64_t last_ts = 0;
+  for (const auto& [rank, a] : pending.arrivals) {
+    if (last_rank < 0 || a.ts_ns > last_ts) {
+      last_rank = rank;
+      last_ts = a.ts_ns;
+    }
+  }
+  for (const auto& [rank, a] : pending.arrivals) {
+    RankStats& stats = ranks_[{comm_id, rank}];
+    ++stats.collectives;
+    stats.lateness_ns.push_back(static_cast<int64_t>(a.ts_ns) - median);
+    if (rank == last_rank) {
+      ++stats.last;
+      if (stats.first_last_ns == 0 &&
+          static_cast<int64_t>(a.ts_ns) - median >=
+              static_cast<int64_t>(options_.straggler_min_lateness_ns)) {
+        stats.first_last_ns = a.ts_ns;
+      }
+    }
+  }
+}
+
+std::optional<CollectiveRef> CollectiveTracker::on_end(const CallRecord& call,
+                                                       const ProcessInfo* process) {
+  const ProbeSpec& spec = *call.spec;
+  switch (spec.role) {
+    case CallRole::kCommInit: {
+      if (call.failed() || call.raw.out_value == 0) return std::nullopt;
+      // The first 16 bytes of the ncclUniqueId: the two stack words.
+      Comm comm{.id = hex16(call.raw.args[kStack0], call.raw.args[kStack1]),
+                .rank = static_cast<int32_t>(call.raw.args[spec.rank_slot]),
+                .nranks = static_cast<int32_t>(call.raw.args[spec.nranks_slot]),
+                .next_seq = 0};
+      comms_[{call.pid, call.raw.out_value}] = comm;
+      return std::nullopt;
+    }
+    case CallRole::kCommDestroy:
+      comms_.erase({call.pid, call.raw.args[spec.comm_slot]});
+      return std::nullopt;
+    case CallRole::kCollective:
+      break;
+    default:
+      return std::nullopt;
+  }
+  auto it = comms_.find({call.pid, call.raw.args[spec.comm_slot]});
+  if (it == comms_.end()) {
+    (void)process;
+    return std::nullopt;
+  }
+  const Comm& comm = it->second;
+  RankStats& stats = ranks_[{comm.id, comm.rank}];
+  stats.pid = call.pid;
+  stats.comm_id = comm.id;
+  // Collectives complete in the order they were issued on a communicator;
+  // the completed one is the oldest not yet completed.
+  const uint64_t seq = stats.last_completed ? stats.last_completed->first + 1 : 1;
+  stats.last_completed = {seq, std::string(call.name())};
+  if (!call.failed()) {
+    stats.busy_ns += call.duration_ns;
+    stats.bus_bytes += static_cast<uint64_t>(static_cast<double>(call.bytes()) *
+                                             bus_factor(call.name(), comm.nranks));
+  }
+  return CollectiveRef{comm.id, seq, comm.rank, comm.nranks};
+}
+
+std::optional<Anomaly> CollectiveTracker::straggler_in(const std::string& comm_id) {
+  int nranks = 0;
+  for (const auto& [key, stats] : ranks_) {
+    if (key.first == comm_id) ++nranks;
+  }
+  if (nranks < 2) return std::nullopt;
+  for (const auto& [key, stats] : ranks_) {
+    if (key.first != comm_id || stats.collectives < options_.straggler_min_collectives) continue;
+    const double share = static_cast<double>(stats.last) / static_cast<double>(stats.collectives);
+    if (share < options_.straggler_min_share) continue;
+    const double log10_p = log10_binomial_tail(stats.collectives, stats.last, 1.0 / nranks);
+    if (log10_p > std::log10(options_.straggler_max_p)) continue;
+    const int64_t lateness = median_of(stats.lateness_ns);
+    std::vector<int64_t> others;
+    for (const auto& [k2, s2] : ranks_) {
+      if (k2.first != comm_id || k2.second == key.second) continue;
+      for (int64_t l : s2.lateness_ns) others.push_back(std::abs(l));
+    }
+    const int64_t typical = median_of(others);
+    if (lateness < static_cast<int64_t>(options_.straggler_min_lateness_ns) ||
+        static_cast<double>(lateness) < options_.straggler_min_ratio * static_cast<double>(typical)) {
+      continue;
+    }
+    Anomaly a;
+    a.kind = "straggler";
+    a.layer = Layer::kNccl;
+    a.pid = stats.pid;
+    a.rank = key.second;
+    const uint64_t started = stats.first_last_ns ? stats.first_last_ns : session_start_ns_;
+    a.t_s = started > session_start_ns_ ? (started - session_start_ns_) / 1e9 : 0.0;
+    a.score = log10_p;
+    a.evidence = {{"communicator", comm_id},
+                  {"collectives", stats.collectives},
+                  {"arrived_last", stats.last},
+                  {"median_lateness_ns", lateness},
+                  {"other_ranks_median_lateness_ns", typical},
+                  {"log10_p_random_order", log10_p}};
+    a.message = fmt::format(
+        "rank {} (pid {}) arrives last at {} of {} collectives, {:.1f} ms after the median rank",
+        key.second, stats.pid, stats.last, stats.collectives, lateness / 1e6);
+    a.suggestion =
+        "the other ranks wait for this one: look at what it does between collectives (data "
+        "loading, a slower GPU or host, CPU contention), or at its link if its collectives are slow "
+        "too (NCCL_DEBUG=INFO, NCCL_ALGO)";
+    return a;
+  }
+  return std::nullopt;
+}
+
+std::vector<Anomaly> CollectiveTracker::check(uint64_t now_ns) {
+  std::vector<Anomaly> found;
+  for (const auto& [key, pending] : pending_) {
+    const auto& [comm_id, seq] = key;
+    if (hang_reported_.contains(comm_id)) continue;
+    if (now_ns < pending.first_ns + options_.hang_timeout_ns) continue;
+    std::vector<int> arrived, missing;
+    for (int r = 0; r < pending.nranks; ++r) {
+      (pending.arrivals.contains(r) ? arrived : missing).push_back(r);
+    }
+    nlohmann::json last_completed = nlohmann::json::object();
+    for (const auto& [rk, stats] : ranks_) {
+      if (rk.first != comm_id) continue;
+      last_completed[std::to_string(rk.second)] =
+          stats.last_completed
+              ? nlohmann::json{{"seq", stats.last_completed->first},
+                               {"collective", stats.last_completed->second}}
+              : nlohmann::json(nullptr);
+    }
+    Anomaly a;
+    a.kind = "hang";
+    a.layer = Layer::kNccl;
+    if (!missing.empty()) {
+      a.rank = missing.front();
+      if (auto it = ranks_.find({comm_id, missing.front()}); it != ranks_.end()) a.pid = it->second.pid;
+    }
+    a.t_s = pending.first_ns > session_start_ns_ ? (pending.first_ns - session_start_ns_) / 1e9 : 0;
+    a.score = -std::log10(1.0 + (now_ns - pending.first_ns) / 1e9);
+    a.evidence = {{"communicator", comm_id},
+                  {"seq", seq},
+                  {"collective", pending.name},
+                  {"waiting_ranks", arrived},
+                  {"missing_ranks", missing},
+                  {"waiting_s", (now_ns - pending.first_ns) / 1e9},
+                  {"last_completed", last_completed}};
+    a.message = fmt::format("{} #{} on communicator {}: ranks {} have waited {:.1f} s for ranks {}",
+                            pending.name, seq, comm_id.substr(0, 8), fmt::join(arrived, ","),
+                            (now_ns - pending.first_ns) / 1e9, fmt::join(missing, ","));
+    a.suggestion =
+        "the missing ranks never entered this collective: inspect them (py-spy dump, gdb) for a "
+        "stuck data loader, a deadlock, or a different code path; NCCL would only time out after "
+        "its watchdog (often 30 minutes)";
+    hang_reported_.insert(comm_id);
+    found.push_back(std::move(a));
+  }
+  std::set<std::string> comm_ids;
+  for (const auto& [key, stats] : ranks_) comm_ids.insert(key.first);
+  for (const std::string& id : comm_ids) {
+    if (straggler_reported_.contains(id)) continue;
+    if (auto a = straggler_in(id)) {
+      straggler_reported_.insert(id);
+      found.push_back(std::move(*a));
+    }
+  }
+  return found;
+}
+
+nlohmann::json CollectiveTracker::rank_figures() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [key, stats] : ranks_) {
+    double mean = 0;
+    for (int64_t l : stats.lateness_ns) mean += static_cast<double>(l);
+    if (!stats.lateness_ns.empty()) mean /= static_cast<double>(stats.lateness_ns.size());
+    nlohmann::json r = {{"communicator", key.first},
+                        {"rank", key.second},
+                        {"pid", stats.pid},
+                        {"collectives", stats.collectives},
+                        {"arrived_last", stats.last},
+                        {"mean_lateness_ns", static_cast<int64_t>(mean)},
+                        {"median_lateness_ns", median_of(stats.lateness_ns)}};
+    r["bus_bandwidth_gbps"] =
+        stats.busy_ns ? nlohmann::json(static_cast<double>(stats.bus_bytes) / stats.busy_ns)
+                      : nlohmann::json(nullptr);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace eacgm

@@ -1,0 +1,98 @@
+// Cross-rank analysis of NCCL collectives: which rank arrives last, and
+// persistently (a straggler), and which collective some ranks entered while
+// others never did (a hang) — named while the job still runs.
+//
+// Communicators are matched across processes by the first 16 bytes of their
+// ncclUniqueId (captured at ncclCommInitRank); every collective on a
+// communicator gets the next sequence number on each rank, so collective n of
+// rank 0 is collective n of rank 3.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "session/session.h"
+
+namespace eacgm {
+
+class CollectiveTracker {
+ public:
+  struct Options {
+    uint64_t hang_timeout_ns = 5'000'000'000;
+    // A straggler is last in at least this share of collectives...
+    double straggler_min_share = 0.5;
+    // ...over at least this many collectives...
+    uint64_t straggler_min_collectives = 10;
+    // ...with a binomial tail probability (if arrival order were random) below this...
+    double straggler_max_p = 1e-4;
+    // ...and a median lateness of at least this many ns and this multiple of
+    // the other ranks' typical lateness.
+    uint64_t straggler_min_lateness_ns = 1'000'000;
+    double straggler_min_ratio = 4.0;
+  };
+
+  explicit CollectiveTracker(Options options) : options_(options) {}
+
+  // A collective call's start (from its entry event): its arrival. Returns
+  // the collective's identity, if its communicator is known.
+  std::optional<CollectiveRef> on_begin(const CallRecord& call, const ProcessInfo* process);
+  // A finished NCCL call: communicator creation and destruction, completions.
+  // Returns the identity of a finished collective.
+  std::optional<CollectiveRef> on_end(const CallRecord& call, const ProcessInfo* process);
+  // New anomalies as of `now_ns` (hangs past the timeout, stragglers once
+  // the evidence is clear). Each is reported once.
+  std::vector<Anomaly> check(uint64_t now_ns);
+  // Per-rank figures for summary.json: layers.nccl.ranks.
+  nlohmann::json rank_figures() const;
+
+  // Seconds are counted from here in anomalies.
+  void set_session_start(uint64_t start_ns) { session_start_ns_ = start_ns; }
+
+ private:
+  struct Comm {
+    std::string id;
+    int rank = -1;
+    int nranks = 0;
+    uint64_t next_seq = 0;
+  };
+  struct Arrival {
+    uint64_t ts_ns = 0;
+    uint32_t pid = 0;
+  };
+  struct Pending {
+    std::string name;
+    int nranks = 0;
+    std::map<int, Arrival> arrivals;  // by rank
+    uint64_t first_ns = 0;
+  };
+  struct RankStats {
+    uint32_t pid = 0;
+    std::string comm_id;
+    uint64_t collectives = 0;  // matched across all ranks
+    uint64_t last = 0;         // times this rank arrived last
+    std::vector<int64_t> lateness_ns;  // arrival minus the median arrival, per collective
+    uint64_t first_last_ns = 0;        // first time it was last by a clear margin
+    uint64_t bus_bytes = 0;    // bytes weighted by the algorithm's bus factor
+    uint64_t busy_ns = 0;      // time inside collectives
+    std::optional<std::pair<uint64_t, std::string>> last_completed;  // seq, name
+  };
+  using CommKey = std::pair<uint32_t, uint64_t>;  // pid, communicator handle
+
+  Comm* comm_of(const CallRecord& call, const ProcessInfo* process);
+  void settle(const std::string& comm_id, uint64_t seq, Pending& pending);
+  std::optional<Anomaly> straggler_in(const std::string& comm_id);
+
+  Options options_;
+  uint64_t session_start_ns_ = 0;
+  std::map<CommKey, Comm> comms_;
+  std::map<std::pair<std::string, uint64_t>, Pending> pending_;  // (comm id, seq)
+  std::map<std::pair<std::string, int>, RankStats> ranks_;       // (comm id, rank)
+  std::set<std::string> hang_reported_;       // comm ids
+  std::set<std::string> straggler_reported_;  // comm ids
+};
+
+}  // namespace eacgm

@@ -1,0 +1,180 @@
+// Cross-rank analysis of NCCL collectives, on synthetic arrivals with known
+// ground truth: a straggler is named alone, a healthy job yields nothing, a
+// hang names the missing rank once its timeout has passed.
+#include "analysis/collectives.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace eacgm {
+namespace {
+
+const ProbeSpec& row(std::string_view symbol) {
+  for (const ProbeSpec& s : probe_table(Layer::kNccl)) {
+    if (s.symbol == symbol) return s;
+  }
+  throw std::runtime_error("no row");
+}
+
+constexpr uint64_t kMs = 1'000'000;
+
+class Job {
+ public:
+  explicit Job(int nranks, CollectiveTracker::Options options = {}) : tracker_(options) {
+    for (int r = 0; r < nranks; ++r) {
+      CallRecord init;
+      init.pid = pid(r);
+      init.tid = pid(r);
+      init.spec = &row("ncclCommInitRank");
+      init.raw.args[kRdi] = 0x1000;
+      init.raw.args[kRsi] = static_cast<uint64_t>(nranks);
+      init.raw.args[kRdx] = static_cast<uint64_t>(r);
+      init.raw.args[kStack0] = 0xfeedface;  // the unique id's first bytes
+      init.raw.args[kStack1] = 0x12345678;
+      init.raw.out_value = comm(r);
+      tracker_.on_end(init, nullptr);
+    }
+  }
+  static uint32_t pid(int rank) { return 1000 + rank; }
+  static uint64_t comm(int rank) { return 0x5000 + rank; }  // each process has its own handle
+
+  // Rank `rank` enters an all-reduce at `t` and leaves it at `end`.
+  void enter(int rank, uint64_t t) {
+    CallRecord c = collective(rank, t);
+    c.finished = false;
+    tracker_.on_begin(c, nullptr);
+  }
+  std::optional<CollectiveRef> leave(int rank, uint64_t t, uint64_t end) {
+    CallRecord c = collective(rank, t);
+    c.duration_ns = end - t;
+    return tracker_.on_end(c, nullptr);
+  }
+  CollectiveTracker& tracker() { return tracker_; }
+
+ private:
+  CallRecord collective(int rank, uint64_t t) {
+    CallRecord c;
+    c.pid = pid(rank);
+    c.tid = pid(rank);
+    c.spec = &row("ncclAllReduce");
+    c.start_ns = t;
+    c.raw.args[kRdx] = 1 << 20;  // count
+    c.raw.args[kRcx] = 7;        // ncclFloat32
+    c.raw.args[kR9] = comm(rank);
+    return c;
+  }
+  CollectiveTracker tracker_;
+};
+
+// Runs `steps` all-reduces; `delay(rank, step)` is how late each rank arrives.
+template <typename Delay>
+std::vector<Anomaly> run(Job& job, int nranks, int steps, Delay delay) {
+  std::vector<Anomaly> found;
+  uint64_t t = 1'000 * kMs;
+  for (int s = 0; s < steps; ++s) {
+    uint64_t last = 0;
+    for (int r = 0; r < nranks; ++r) {
+      job.enter(r, t + delay(r, s));
+      last = std::max(last, t + delay(r, s));
+    }
+    for (int r = 0; r < nranks; ++r) job.leave(r, t + delay(r, s), last + kMs);
+    t = last + 20 * kMs;
+    for (Anomaly& a : job.tracker().check(t)) found.push_back(std::move(a));
+  }
+  return found;
+}
+
+TEST(Collectives, SequenceNumbersMatchAcrossRanks) {
+  Job job(2);
+  job.enter(0, 10);
+  job.enter(1, 12);
+  auto a = job.leave(0, 10, 20);
+  auto b = job.leave(1, 12, 20);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->comm_id, b->comm_id);
+  EXPECT_EQ(a->comm_id, "00000000feedface0000000012345678");
+  EXPECT_EQ(a->seq, 1u);
+  EXPECT_EQ(b->seq, 1u);
+  EXPECT_EQ(a->rank, 0);
+  EXPECT_EQ(b->rank, 1);
+  EXPECT_EQ(b->nranks, 2);
+}
+
+TEST(Collectives, StragglerIsNamedAloneWithEvidence) {
+  Job job(4);
+  std::mt19937 rng(1);
+  auto found = run(job, 4, 40, [&](int rank, int) -> uint64_t {
+    const uint64_t jitter = rng() % (200 * 1000);  // up to 0.2 ms of noise on every rank
+    return jitter + (rank == 2 ? 20 * kMs : 0);
+  });
+  ASSERT_EQ(found.size(), 1u);
+  const Anomaly& a = found[0];
+  EXPECT_EQ(a.kind, "straggler");
+  EXPECT_EQ(a.layer, Layer::kNccl);
+  EXPECT_EQ(a.rank, 2);
+  EXPECT_EQ(a.pid, Job::pid(2));
+  EXPECT_GE(a.evidence["median_lateness_ns"].get<int64_t>(), 19 * static_cast<int64_t>(kMs));
+  EXPECT_LE(a.evidence["collectives"].get<uint64_t>(), 12u);  // named within a dozen collectives
+}
+
+TEST(Collectives, HealthyJobYieldsNothing) {
+  Job job(4);
+  std::mt19937 rng(2);
+  // Ranks jitter by up to 3 ms; one happens to be a little later on average.
+  auto found = run(job, 4, 500, [&](int rank, int) -> uint64_t {
+    return rng() % (3 * kMs) + (rank == 3 ? 200 * 1000 : 0);
+  });
+  EXPECT_TRUE(found.empty()) << found[0].message;
+}
+
+TEST(Collectives, HangNamesTheMissingRankAfterTheTimeout) {
+  CollectiveTracker::Options options;
+  options.hang_timeout_ns = 5'000 * kMs;
+  Job job(3, options);
+  run(job, 3, 5, [](int, int) -> uint64_t { return 0; });
+  const uint64_t t = 10'000 * kMs;
+  job.enter(0, t);
+  job.enter(2, t + kMs);
+  EXPECT_TRUE(job.tracker().check(t + 4'900 * kMs).empty());
+  auto found = job.tracker().check(t + 5'000 * kMs);
+  ASSERT_EQ(found.size(), 1u);
+  const Anomaly& a = found[0];
+  EXPECT_EQ(a.kind, "hang");
+  EXPECT_EQ(a.rank, 1);
+  EXPECT_EQ(a.pid, Job::pid(1));
+  EXPECT_EQ(a.evidence["missing_ranks"], nlohmann::json({1}));
+  EXPECT_EQ(a.evidence["waiting_ranks"], nlohmann::json({0, 2}));
+  EXPECT_EQ(a.evidence["seq"], 6);
+  EXPECT_EQ(a.evidence["last_completed"]["1"]["seq"], 5);
+  EXPECT_TRUE(job.tracker().check(t + 9'000 * kMs).empty());  // reported once
+}
+
+TEST(Collectives, BytesAndBusBandwidthPerRank) {
+  Job job(2);
+  job.enter(0, 0);
+  job.enter(1, 0);
+  job.leave(0, 0, 1'000'000);  // 4 MiB in 1 ms
+  job.leave(1, 0, 1'000'000);
+  const nlohmann::json ranks = job.tracker().rank_figures();
+  ASSERT_EQ(ranks.size(), 2u);
+  // all-reduce bus factor 2(n-1)/n = 1 for two ranks: 4 MiB per ms.
+  EXPECT_NEAR(ranks[0]["bus_bandwidth_gbps"].get<double>(), 4.194304, 1e-9);
+  EXPECT_EQ(ranks[0]["collectives"], 1);
+}
+
+TEST(NcclTable, BytesForEveryDatatype) {
+  const ProbeSpec& spec = row("ncclAllReduce");
+  const uint64_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+  for (uint64_t dtype = 0; dtype < 12; ++dtype) {
+    RawCall raw;
+    raw.args[kRdx] = 1000;
+    raw.args[kRcx] = dtype;
+    EXPECT_EQ(call_bytes(spec, raw), 1000 * sizes[dtype]) << nccl_type_name(dtype);
+  }
+  EXPECT_EQ(nccl_type_name(9), "ncclBfloat16");
+  EXPECT_EQ(status_name(Layer::kNccl, 2), "ncclSystemError");
+}
+
+}  // namespace
+}  // namespace eacgm
