@@ -187,4 +187,17 @@ static __always_inline int eacgm_call_return(struct pt_regs* ctx, __u32 layer,
   return 0;
 }
 
+/* The whole BPF side of a layer traced through a probe table: per table row
+ * (set by user space between open and load) which argument word is a pointer
+ * whose pointee is read at return (0xff: none) and whether the call's start
+ * is announced on its own; one generic entry and one generic return program,
+ * the attach cookie saying which row fired. */
+#define EACGM_TABLE_LAYER(layer_id)                                                    \
+  const volatile __u8 out_slot[EACGM_MAX_FUNCS];                                       \
+  const volatile __u8 emit_entry[EACGM_MAX_FUNCS];                                     \
+  SEC("uprobe")                                                                        \
+  int BPF_KPROBE(call_entry) { return eacgm_call_entry(ctx, layer_id, emit_entry); }   \
+  SEC("uretprobe")                                                                     \
+  int BPF_KRETPROBE(call_return) { return eacgm_call_return(ctx, layer_id, out_slot); }
+
 #endif /* EACGM_COMMON_BPF_H */

@@ -1,16 +1,4 @@
-/* NCCL layer: one generic entry and one generic return handler for
- * every function of src/probes/probe_table.cpp's NCCL table; the attach
- * cookie says which row fired. */
+/* NCCL layer: the rows of src/probes/probe_table.cpp's NCCL table. */
 #include "bpf/common.bpf.h"
 
-/* Per table row, set by user space between open and load: which argument
- * word is a pointer whose pointee is read at return (0xff: none), and
- * whether the call's start is announced on its own. */
-const volatile __u8 out_slot[EACGM_MAX_FUNCS];
-const volatile __u8 emit_entry[EACGM_MAX_FUNCS];
-
-SEC("uprobe")
-int BPF_KPROBE(call_entry) { return eacgm_call_entry(ctx, EACGM_LAYER_NCCL, emit_entry); }
-
-SEC("uretprobe")
-int BPF_KRETPROBE(call_return) { return eacgm_call_return(ctx, EACGM_LAYER_NCCL, out_slot); }
+EACGM_TABLE_LAYER(EACGM_LAYER_NCCL)

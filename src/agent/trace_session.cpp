@@ -316,8 +316,13 @@ int run_record(const TraceOptions& options, const std::vector<std::string>& comm
                return true;
              }
              // A Ctrl-C at the terminal reached the job's process group already
-             // (si_code SI_KERNEL); a kill(1) reached only us: pass it on.
-             if (si.ssi_code != SI_KERNEL) kill(child, sig);
+             // (si_code SI_KERNEL); a kill(1) reached only us: pass it on to
+             // every process of the job, so no rank is left behind.
+             if (si.ssi_code != SI_KERNEL) {
+               for (const auto& [pid, proc] : run.session().processes) {
+                 if (!proc.exit) kill(static_cast<pid_t>(pid), sig);
+               }
+             }
              fmt::print(stderr,
                         "\neacgm: {} forwarded to the job; waiting for it to exit "
                         "(interrupt again to stop now)\n",

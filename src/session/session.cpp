@@ -16,6 +16,18 @@ uint64_t CallStats::percentile_ns(double p) const {
   return sorted[index];
 }
 
+std::string_view layer_status_name(LayerStatus status) {
+  switch (status) {
+    case LayerStatus::kActive:
+      return "active";
+    case LayerStatus::kUnavailable:
+      return "unavailable";
+    case LayerStatus::kDisabled:
+      return "disabled";
+  }
+  return "disabled";
+}
+
 ProcessInfo& Session::process(uint32_t pid) {
   ProcessInfo& info = processes[pid];
   info.pid = pid;

@@ -84,6 +84,7 @@ struct DeviceMemory {
 };
 
 enum class LayerStatus { kActive, kUnavailable, kDisabled };
+std::string_view layer_status_name(LayerStatus status);  // as in summary.json
 
 struct LayerState {
   LayerStatus status = LayerStatus::kDisabled;

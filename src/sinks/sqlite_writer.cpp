@@ -165,18 +165,6 @@ std::string args_json(const CallRecord& call) {
   return to_json(args);
 }
 
-std::string_view status_name(LayerStatus status) {
-  switch (status) {
-    case LayerStatus::kActive:
-      return "active";
-    case LayerStatus::kUnavailable:
-      return "unavailable";
-    case LayerStatus::kDisabled:
-      return "disabled";
-  }
-  return "unknown";
-}
-
 }  // namespace
 
 Result<std::unique_ptr<SqliteWriter>> SqliteWriter::open(const std::string& path) {
@@ -423,7 +411,7 @@ Result<void> SqliteWriter::write_session(const Session& session) {
     sqlite3_stmt* stmt = insert.get();
     sqlite3_reset(stmt);
     bind_text(stmt, 1, layer_name(layer));
-    bind_text(stmt, 2, status_name(state.status));
+    bind_text(stmt, 2, layer_status_name(state.status));
     bind_text_or_null(stmt, 3, state.reason);
     bind_text(stmt, 4, to_json(nlohmann::ordered_json(state.libraries)));
     if (sqlite3_step(stmt) != SQLITE_DONE) return sqlite_error("inserting layers");

@@ -10,18 +10,6 @@
 namespace eacgm {
 namespace {
 
-std::string_view status_name(LayerStatus s) {
-  switch (s) {
-    case LayerStatus::kActive:
-      return "active";
-    case LayerStatus::kUnavailable:
-      return "unavailable";
-    case LayerStatus::kDisabled:
-      return "disabled";
-  }
-  return "disabled";
-}
-
 
 // The key under which a layer lists its calls, as DESIGN.md names them.
 std::string_view calls_key(Layer layer) {
@@ -87,7 +75,7 @@ nlohmann::json summary_json(const Session& s) {
 
   json layers = json::object();
   for (const auto& [layer, state] : s.layers) {
-    json l = {{"status", status_name(state.status)}};
+    json l = {{"status", layer_status_name(state.status)}};
     if (!state.reason.empty()) l["reason"] = state.reason;
     if (state.status == LayerStatus::kActive) {
       l["libraries"] = state.libraries;
@@ -166,7 +154,7 @@ std::string text_report(const Session& s) {
   }
   for (const auto& [layer, state] : s.layers) {
     if (state.status != LayerStatus::kActive) {
-      line(fmt::format("\n[{}] {}{}", layer_name(layer), status_name(state.status),
+      line(fmt::format("\n[{}] {}{}", layer_name(layer), layer_status_name(state.status),
                        state.reason.empty() ? "" : ": " + state.reason));
       continue;
     }
