@@ -11,7 +11,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from eacgm_testlib import (BASIC_SEQUENCE, CUDA_CALLS, REAL_CUDART, SIM_CUDART, EacgmTest,  # noqa: E402
-                           require_root, uprobe_multi_links, wait_for_line, EACGM)
+                           require_root, bpf_links_of, live_bpf_links, wait_for_line, EACGM)
 
 
 def printed_calls(stdout):
@@ -162,13 +162,14 @@ class SimulatedRuntime(EacgmTest):
         subprocess.run(["pkill", "-f", "SIG_IGN"], check=False)
 
     def test_attach_to_running_process(self):
-        before = uprobe_multi_links()
         target = subprocess.Popen([CUDA_CALLS, "--lib", SIM_CUDART, "--wait-signal"],
                                   stdout=subprocess.PIPE, text=True)
         wait_for_line(target.stdout, "ready")
         out, attach = self.start([EACGM, "attach", "-p", str(target.pid), "-d", "20", "-o",
                                   self.out()], self.out())
         self.wait_for_stderr(attach, "eacgm: attached")
+        ours = bpf_links_of(attach.pid)
+        self.assertTrue(ours, "attach holds no BPF links")
         target.send_signal(signal.SIGUSR1)
         self.assertEqual(target.wait(timeout=10), 0)
         target.stdout.close()
@@ -177,7 +178,7 @@ class SimulatedRuntime(EacgmTest):
         self.assertEqual(s.count("cudaMalloc"), 3)
         self.assertEqual(sum(v["count"] for v in s.calls().values()), len(BASIC_SEQUENCE))
         self.assertEqual(s.process(target.pid)["exit"]["code"], 0)
-        self.assertEqual(uprobe_multi_links(), before, "probes left behind after attach")
+        self.assertFalse(ours & live_bpf_links(), "probes left behind after attach")
 
 
 class RealNvidiaRuntime(EacgmTest):
