@@ -90,6 +90,11 @@ void Recorder::on_call(const CallRecord& event) {
   }
   ++session_.events_recorded;
   session_.add_call(call);
+  if (!call.failed() && (call.spec->memory == MemoryEffect::kDeviceAlloc ||
+                         call.spec->memory == MemoryEffect::kDeviceFree)) {
+    leaks_.on_memory(call.pid, call.start_ns + call.duration_ns,
+                     session_.device_memory[call.pid].outstanding_bytes);
+  }
   if (!proc.threads.contains(call.tid)) {
     std::string name =
         trim_newline(read_small_file(fmt::format("/proc/{}/task/{}/comm", call.pid, call.tid)));
@@ -206,13 +211,20 @@ size_t Recorder::live_processes() const {
   return n;
 }
 
-void Recorder::tick(uint64_t now_ns) {
+void Recorder::report(Anomaly anomaly) {
+  fmt::print(stderr, "eacgm: anomaly [{}] {}\n", anomaly.kind, anomaly.message);
+  session_.anomalies.push_back(std::move(anomaly));
+}
+
+void Recorder::tick(uint64_t now_ns, bool final) {
+  // Trends need time to show: the leak check runs once a second and at the end.
+  if (final || now_ns >= leaks_checked_ns_ + 1'000'000'000) {
+    leaks_checked_ns_ = now_ns;
+    for (Anomaly& a : leaks_.check(session_.start_ns)) report(std::move(a));
+  }
   if (!layers_.contains(Layer::kNccl)) return;
   collectives_.set_session_start(session_.start_ns);
-  for (Anomaly& a : collectives_.check(now_ns)) {
-    fmt::print(stderr, "eacgm: anomaly [{}] {}\n", a.kind, a.message);
-    session_.anomalies.push_back(std::move(a));
-  }
+  for (Anomaly& a : collectives_.check(now_ns)) report(std::move(a));
 }
 
 std::vector<std::string> Recorder::finish_sinks() {

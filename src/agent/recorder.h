@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "analysis/collectives.h"
+#include "analysis/leak_detector.h"
 #include "probes/tracer.h"
 #include "session/session.h"
 #include "sinks/sink.h"
@@ -40,7 +41,8 @@ class Recorder {
   size_t live_processes() const;
 
   // Live analysis: reports anomalies that became clear by `now_ns`.
-  void tick(uint64_t now_ns);
+  // `final`: the session is ending; judge on what there is.
+  void tick(uint64_t now_ns, bool final = false);
 
   // Lets every sink write its final file.
   std::vector<std::string> finish_sinks();
@@ -53,6 +55,7 @@ class Recorder {
   void on_process_event(const struct ProcEvent& event);
   void refresh_identity(uint32_t pid);
   void warn(std::string message);
+  void report(Anomaly anomaly);  // prints it live and keeps it in the session
 
   Session& session_;
   std::set<Layer> layers_;
@@ -60,6 +63,8 @@ class Recorder {
   std::vector<std::unique_ptr<Sink>> sinks_;
   std::set<uint32_t> stopped_;  // targets stopped by the loader probe
   CollectiveTracker collectives_;
+  LeakDetector leaks_;
+  uint64_t leaks_checked_ns_ = 0;
   std::vector<std::string> warnings_;
   uint64_t decode_errors_ = 0;
 };

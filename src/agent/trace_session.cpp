@@ -99,10 +99,6 @@ class TraceRun {
     session_.version = EACGM_VERSION;
     session_.realtime_offset_ns = realtime_offset_ns();
     session_.start_ns = monotonic_ns();
-    recorder_.set_output_dir(options_.out_dir);
-    OsMonitor::Options os_monitor;
-    os_monitor.self_pid = static_cast<uint32_t>(getpid());
-    recorder_.configure_os({.ioctl_devices = options_.ioctl_devices, .monitor = os_monitor});
 
     Tracer::Options topts{.layers = options_.layers,
                           .stop_on_dlopen = options_.stop_on_dlopen,
@@ -113,13 +109,6 @@ class TraceRun {
     if (!tracer) return fail(tracer.error().message);
     tracer_ = std::move(*tracer);
     recorder_.set_tracer(tracer_.get());
-    for (const std::string& warning : tracer_->warnings()) {
-      fmt::print(stderr, "eacgm: warning: {}\n", warning);
-    }
-    if (auto problem = tracer_->layer_problem(Layer::kOs); problem && options_.layers.contains(Layer::kOs)) {
-      fmt::print(stderr, "eacgm: warning: the os layer is unavailable: {}\n", *problem);
-    }
-    recorder_.refresh_ioctl_devices();
 
     auto sqlite = SqliteWriter::open(options_.out_dir + "/events.sqlite");
     if (!sqlite) return fail(sqlite.error().message);
@@ -169,16 +158,10 @@ class TraceRun {
     recorder_.resume_stopped_targets();
     tracer_->drain();
     session_.end_ns = monotonic_ns();
-    recorder_.tick(session_.end_ns);
+    recorder_.tick(session_.end_ns, /*final=*/true);
     session_.events_dropped = tracer_->dropped();
     for (Layer layer : options_.layers) {
       LayerState& state = session_.layers[layer];
-      if (layer == Layer::kOs) {  // tracepoints: no library to find
-        const std::optional<std::string> problem = tracer_->layer_problem(layer);
-        state.status = problem ? LayerStatus::kUnavailable : LayerStatus::kActive;
-        state.reason = problem.value_or("");
-        continue;
-      }
       state.libraries.clear();
       for (const TracedLibrary& lib : tracer_->libraries()) {
         if (lib.layer == layer) state.libraries.push_back(lib.path);

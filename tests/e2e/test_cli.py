@@ -88,15 +88,27 @@ class Commands(EacgmTest):
         self.assertEqual(s.summary["layers"]["cuda"]["status"], "unavailable" if not os.path.exists(
             "/usr/local/cuda/lib64/libcudart.so.13") else "active")
 
-    def test_demo_training_job(self):
+    def test_demo_training_job_names_the_leaking_ranks(self):
         require_root(self)
-        s = self.record([SIMTRAIN, "--ranks", "2", "--steps", "20"])
+        # The README's demo: every rank leaks 1 MiB of device memory per step.
+        s = self.record([SIMTRAIN, "--ranks", "2", "--steps", "200", "--leak-bytes", "1048576"])
         self.assertEqual(s.returncode, 0, s.stderr)
-        ranks = sorted(p["rank"] for p in s.summary["processes"] if p["rank"] is not None)
-        self.assertEqual(ranks, [0, 1])
-        self.assertGreater(s.count("cudaLaunchKernel"), 0)
+        ranks = {p["rank"]: p["pid"] for p in s.summary["processes"] if p["rank"] is not None}
+        self.assertEqual(sorted(ranks), [0, 1])
+        self.assertEqual(s.count("cudaLaunchKernel"), 2 * 200 * 5)
         self.assertIn("cudaLaunchKernel", s.stdout)  # the printed report
+        leaks = sorted(a["pid"] for a in s.summary["anomalies"] if a["kind"] == "leak")
+        self.assertEqual(leaks, sorted(ranks.values()))
+        self.assertEqual(len(s.summary["anomalies"]), 2, s.summary["anomalies"])
+        for pid in ranks.values():
+            self.assertEqual(s.summary["memory"]["outstanding_device_bytes"][str(pid)], 200 << 20)
         self.assertSessionComplete(s)
+
+    def test_healthy_training_job_has_no_anomaly(self):
+        require_root(self)
+        s = self.record([SIMTRAIN, "--ranks", "2", "--steps", "300"])
+        self.assertEqual(s.returncode, 0, s.stderr)
+        self.assertEqual(s.summary["anomalies"], [])
 
 
 if __name__ == "__main__":
