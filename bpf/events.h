@@ -37,6 +37,11 @@ enum eacgm_event_kind {
   /* a traced call has started (only for rows that ask: calls that may never
    * return, like a hung collective); struct eacgm_call, duration and ret 0 */
   EACGM_EV_CALL_BEGIN = 6,
+  /* os layer (bpf/os.bpf.c) */
+  EACGM_EV_SIGNAL = 7,   /* a signal was generated for a target: struct eacgm_signal */
+  EACGM_EV_OOM_KILL = 8, /* the OOM killer chose a target: struct eacgm_oom */
+  EACGM_EV_MMAP = 9,     /* a finished mmap, munmap or mremap: struct eacgm_mmap */
+  EACGM_EV_IOCTL = 10,   /* a finished ioctl on a watched device: struct eacgm_ioctl */
 };
 
 enum eacgm_layer {
@@ -45,6 +50,7 @@ enum eacgm_layer {
   EACGM_LAYER_TORCH = 3,
   EACGM_LAYER_PYTHON = 4,
   EACGM_LAYER_OS = 5,
+  EACGM_LAYER_GPU = 6, /* NVML sampled from user space: no BPF program, no events */
 };
 
 struct eacgm_header {
@@ -72,6 +78,72 @@ struct eacgm_proc {
   __u32 ppid;      /* parent tgid for fork, 0 otherwise */
   __s32 exit_code; /* task->exit_code for exit: (code << 8) | signal, as wait(2) */
   char comm[EACGM_COMM_LEN];
+};
+
+/* The os layer. */
+
+/* Components of a cgroup path carried by an OOM event (leaf first) and the
+ * bytes kept of each name. */
+#define EACGM_CGROUP_DEPTH 8
+#define EACGM_CGROUP_NAME_LEN 64
+
+struct eacgm_signal {
+  struct eacgm_header hdr; /* tgid/tid: the receiving process and thread */
+  __s32 sig;
+  __s32 code;         /* si_code: SI_USER 0, SI_TKILL -6, SI_KERNEL 0x80, > 0 for faults */
+  __s32 result;       /* TRACE_SIGNAL_*: 0 delivered, 1 ignored, 2 already pending, 3/4 failed */
+  __u32 group;        /* sent to the whole thread group */
+  __u32 sender_tgid;  /* the task that was running when it was sent (current) */
+  __u32 sender_tid;
+  char sender_comm[EACGM_COMM_LEN];
+};
+
+struct eacgm_oom {
+  struct eacgm_header hdr; /* tgid/tid: the victim */
+  __u64 total_vm_bytes;
+  __u64 anon_rss_bytes;
+  __u64 file_rss_bytes;
+  __u64 shmem_rss_bytes;
+  __u64 cgroup_id;        /* kernfs node id of the victim's memory cgroup */
+  __u32 uid;
+  __s32 oom_score_adj;
+  __u32 cgroup_level;     /* depth of that cgroup below its hierarchy's root */
+  __u32 cgroup_hierarchy; /* 0: the cgroup v2 hierarchy, otherwise a v1 hierarchy id */
+  __u32 cgroup_names;     /* components filled in `cgroup` */
+  __u32 killer_tgid;      /* the process whose allocation invoked the OOM killer */
+  char comm[EACGM_COMM_LEN];
+  char killer_comm[EACGM_COMM_LEN];
+  char cgroup[EACGM_CGROUP_DEPTH][EACGM_CGROUP_NAME_LEN]; /* path components, leaf first */
+};
+
+enum eacgm_mmap_op {
+  EACGM_MMAP = 0,
+  EACGM_MUNMAP = 1,
+  EACGM_MREMAP = 2,
+};
+
+struct eacgm_mmap {
+  struct eacgm_header hdr; /* ts_ns: syscall entry */
+  __u64 duration_ns;
+  __u64 addr;     /* mmap, mremap: the address returned (0 on failure); munmap: the address */
+  __u64 len;      /* mmap, munmap: the length; mremap: the new length */
+  __u64 old_addr; /* mmap: the address hint; mremap: the old address */
+  __u64 old_len;  /* mremap: the old length */
+  __s64 ret;      /* the syscall's return value (-errno on failure) */
+  __u32 op;       /* enum eacgm_mmap_op */
+  __u32 prot;
+  __u32 flags;
+  __s32 fd;
+};
+
+struct eacgm_ioctl {
+  struct eacgm_header hdr; /* ts_ns: syscall entry */
+  __u64 duration_ns;
+  __u64 request;
+  __u64 arg;
+  __s64 ret;
+  __s32 fd;
+  __u32 rdev; /* the device, in the kernel's dev_t encoding: major << 20 | minor */
 };
 
 #endif /* EACGM_BPF_EVENTS_H */

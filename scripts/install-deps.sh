@@ -15,6 +15,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev sqlite3 python3-protobuf
   # the python with USDT probes, used by tests that need a real interpreter
   python3.11
+  # the GMM checks against scikit-learn (tests/gmm) and their benchmark (bench/gmm)
+  python3-sklearn python3-numpy
 )
 
 missing=()

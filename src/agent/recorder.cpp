@@ -1,11 +1,18 @@
 #include "agent/recorder.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <glob.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -37,6 +44,38 @@ std::vector<std::string> split_nul(const std::string& s) {
   }
   return out;
 }
+
+// Device files matching comma-separated globs, by kernel dev_t (major << 20
+// | minor: what the BPF side reads from the inode).
+std::map<uint32_t, std::string> char_devices_matching(const std::string& patterns) {
+  std::map<uint32_t, std::string> out;
+  std::stringstream ss(patterns);
+  std::string pattern;
+  while (std::getline(ss, pattern, ',')) {
+    if (pattern.empty()) continue;
+    glob_t g{};
+    if (glob(pattern.c_str(), 0, nullptr, &g) == 0) {
+      for (size_t i = 0; i < g.gl_pathc; ++i) {
+        struct stat st {};
+        if (stat(g.gl_pathv[i], &st) != 0 || !S_ISCHR(st.st_mode)) continue;
+        const uint32_t rdev = (major(st.st_rdev) << 20) | minor(st.st_rdev);
+        out.try_emplace(rdev, g.gl_pathv[i]);
+      }
+    }
+    globfree(&g);
+  }
+  return out;
+}
+
+uint64_t monotonic_now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// At most this many flight recorder files per session: a job whose workers
+// fail by the thousand must not fill the disk.
+constexpr size_t kMaxFlightFiles = 1000;
 
 }  // namespace
 
@@ -70,13 +109,101 @@ void Recorder::handle(std::span<const std::byte> data) {
   }
   if (auto* call = std::get_if<CallRecord>(&*event)) {
     on_call(*call);
+  } else if (auto* proc = std::get_if<ProcEvent>(&*event)) {
+    on_process_event(*proc);
   } else {
-    on_process_event(std::get<ProcEvent>(*event));
+    on_os_event(*event);
   }
+}
+
+void Recorder::configure_os(OsOptions options) {
+  ioctl_devices_ = std::move(options.ioctl_devices);
+  os_ = OsMonitor(options.monitor);
+}
+
+void Recorder::refresh_ioctl_devices() {
+  if (!tracer_ || !layers_.contains(Layer::kOs)) return;
+  devices_refreshed_ns_ = monotonic_now_ns();
+  std::map<uint32_t, std::string> devices = char_devices_matching(ioctl_devices_);
+  std::set<uint32_t> numbers;
+  for (const auto& [rdev, path] : devices) numbers.insert(rdev);
+  if (auto r = tracer_->set_ioctl_devices(numbers); !r) warn(r.error().message);
+  os_.set_devices(ioctl_devices_, std::move(devices));
+}
+
+void Recorder::report(Anomaly anomaly) {
+  fmt::print(stderr, "eacgm: anomaly [{}] {}\n", anomaly.kind, anomaly.message);
+  session_.anomalies.push_back(std::move(anomaly));
+}
+
+void Recorder::on_os_event(const Event& event) {
+  os_.set_session_start(session_.start_ns);  // anomalies count seconds from it
+  uint32_t pid = 0;
+  if (const auto* s = std::get_if<SignalEvent>(&event)) {
+    if (!os_.on_signal(*s)) return;  // eacgm's own loader stop and resume
+    pid = s->pid;
+  } else if (const auto* o = std::get_if<OomKillEvent>(&event)) {
+    os_.on_oom_kill(*o);
+    pid = o->pid;
+  } else if (const auto* m = std::get_if<MmapEvent>(&event)) {
+    os_.on_mmap(*m);
+    pid = m->pid;
+  } else if (const auto* i = std::get_if<IoctlEvent>(&event)) {
+    os_.on_ioctl(*i);
+    pid = i->pid;
+  } else {
+    return;
+  }
+  flight_.add(pid, event);
+}
+
+void Recorder::check_libraries(uint32_t pid, const std::vector<MappedFile>& files) {
+  std::vector<LibraryBuild> builds;
+  for (const MappedFile& file : files) {
+    if (!file.executable || !library_family(file.path)) continue;
+    auto known = library_builds_.find(file.id);
+    if (known == library_builds_.end()) {
+      // Read through /proc/PID/root: the target may live in another mount namespace.
+      std::optional<LibraryBuild> build =
+          identify_library(file.path, file.id, fmt::format("/proc/{}/root{}", pid, file.path));
+      if (!build) continue;
+      known = library_builds_.emplace(file.id, std::move(*build)).first;
+    }
+    builds.push_back(known->second);
+    builds.back().path = file.path;  // one inode, perhaps several names: this process's
+  }
+  os_.set_session_start(session_.start_ns);
+  os_.on_libraries(pid, builds, monotonic_now_ns());
+}
+
+void Recorder::write_flight_recorder(uint32_t pid) {
+  const ProcessInfo* proc = session_.find_process(pid);
+  if (out_dir_.empty() || !proc || flight_files_ >= kMaxFlightFiles) return;
+  const std::string relative = fmt::format("flight_recorder/{}.json", pid);
+  const std::string path = out_dir_ + "/" + relative;
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir_ + "/flight_recorder", ec);
+  {
+    std::ofstream f(path + ".tmp", std::ios::trunc);
+    f << flight_.report(*proc, session_.start_ns, os_.activity().devices)
+             .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+      << '\n';
+    if (!f.flush()) {
+      warn(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+      return;
+    }
+  }
+  if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
+    warn(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+    return;
+  }
+  ++flight_files_;
+  session_.process(pid).flight_recorder = relative;
 }
 
 void Recorder::on_call(const CallRecord& event) {
   ProcessInfo& proc = session_.process(event.pid);
+  flight_.add(event.pid, Event{event});
   if (!event.finished) {
     collectives_.on_begin(event, &proc);
     return;
@@ -129,6 +256,7 @@ void Recorder::watch_process(uint32_t pid, uint64_t start_ns) {
   ProcessInfo& proc = session_.process(pid);
   proc.start_ns = start_ns;
   refresh_identity(pid);
+  os_.on_process(pid, proc.comm, start_ns);
   attach_mapped_libraries(pid);
 }
 
@@ -136,6 +264,7 @@ void Recorder::attach_mapped_libraries(uint32_t pid) {
   if (!tracer_) return;
   auto files = mapped_files(pid);
   if (!files) return;  // it exited meanwhile; its exit event tells the rest
+  if (layers_.contains(Layer::kOs)) check_libraries(pid, *files);
   for (const MappedFile& file : *files) {
     if (!file.executable) continue;
     const std::optional<Layer> layer = library_layer(file.path);
@@ -171,19 +300,28 @@ void Recorder::on_process_event(const ProcEvent& event) {
         child.rank = parent->rank;
         child.world_size = parent->world_size;
       }
+      os_.on_process(event.pid, child.comm, event.ts_ns);
+      flight_.add(event.pid, Event{event});
       break;
     }
     case ProcEvent::Kind::kExec:
       session_.process(event.pid).rank.reset();
       session_.process(event.pid).world_size.reset();
       refresh_identity(event.pid);
+      os_.on_process(event.pid, session_.process(event.pid).comm, event.ts_ns);
+      flight_.add(event.pid, Event{event});
       break;
     case ProcEvent::Kind::kExit: {
       ProcessInfo& proc = session_.process(event.pid);
       if (proc.comm.empty()) proc.comm = event.comm;
       proc.end_ns = event.ts_ns;
-      proc.exit = describe_exit_status(event.status);
+      // The wait status says how; the os layer's signals and OOM kills say why.
+      proc.exit = os_.explain(event.pid, describe_exit_status(event.status));
+      os_.on_process_exit(event.pid);
       stopped_.erase(event.pid);
+      flight_.add(event.pid, Event{event});
+      if (proc.exit->abnormal()) write_flight_recorder(event.pid);
+      flight_.forget(event.pid);
       break;
     }
     case ProcEvent::Kind::kLoaderStop:
@@ -211,16 +349,18 @@ size_t Recorder::live_processes() const {
   return n;
 }
 
-void Recorder::report(Anomaly anomaly) {
-  fmt::print(stderr, "eacgm: anomaly [{}] {}\n", anomaly.kind, anomaly.message);
-  session_.anomalies.push_back(std::move(anomaly));
-}
-
 void Recorder::tick(uint64_t now_ns, bool final) {
+  // GPU readings and XIDs queued by the sampler's threads since the last tick.
+  if (gpu_) gpu_->poll(session_, sinks_, [this](Anomaly a) { report(std::move(a)); });
   // Trends need time to show: the leak check runs once a second and at the end.
   if (final || now_ns >= leaks_checked_ns_ + 1'000'000'000) {
     leaks_checked_ns_ = now_ns;
     for (Anomaly& a : leaks_.check(session_.start_ns)) report(std::move(a));
+  }
+  if (layers_.contains(Layer::kOs)) {
+    os_.set_session_start(session_.start_ns);
+    for (Anomaly& a : os_.take_anomalies()) report(std::move(a));
+    if (now_ns >= devices_refreshed_ns_ + 1'000'000'000) refresh_ioctl_devices();
   }
   if (!layers_.contains(Layer::kNccl)) return;
   collectives_.set_session_start(session_.start_ns);
@@ -231,6 +371,13 @@ std::vector<std::string> Recorder::finish_sinks() {
   if (layers_.contains(Layer::kNccl)) {
     session_.layers[Layer::kNccl].extra["ranks"] = collectives_.rank_figures();
   }
+  if (layers_.contains(Layer::kOs)) {
+    for (Anomaly& a : os_.take_anomalies()) report(std::move(a));
+    session_.os = os_.activity();
+    const nlohmann::json figures = os_.figures();
+    for (const auto& [key, value] : figures.items()) session_.layers[Layer::kOs].extra[key] = value;
+  }
+  if (gpu_) gpu_->finish(session_, sinks_, [this](Anomaly a) { report(std::move(a)); });
   std::vector<std::string> errors;
   for (auto& sink : sinks_) {
     if (auto r = sink->finish(session_); !r) errors.push_back(r.error().message);

@@ -9,9 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "agent/flight_recorder.h"
 #include "analysis/collectives.h"
 #include "analysis/leak_detector.h"
+#include "analysis/os_monitor.h"
+#include "gpu/gpu_layer.h"
 #include "probes/tracer.h"
+#include "reader/decoder.h"
 #include "session/session.h"
 #include "sinks/sink.h"
 
@@ -24,6 +28,21 @@ class Recorder {
 
   void add_sink(std::unique_ptr<Sink> sink) { sinks_.push_back(std::move(sink)); }
   void set_tracer(Tracer* tracer) { tracer_ = tracer; }
+  // The gpu layer's sampler: tick() drains it, finish_sinks() ends it.
+  void set_gpu(GpuLayer* gpu) { gpu_ = gpu; }
+  // Where flight recorder files go (flight_recorder/<pid>.json); none if empty.
+  void set_output_dir(std::string dir) { out_dir_ = std::move(dir); }
+
+  // The os layer: which device files' ioctls are timed (comma-separated
+  // globs), and the analysis's thresholds.
+  struct OsOptions {
+    std::string ioctl_devices = "/dev/nvidia*";
+    OsMonitor::Options monitor;
+  };
+  void configure_os(OsOptions options);
+  // Resolves the ioctl device pattern to device numbers and hands them to
+  // the tracer; repeated by tick() so devices created later are timed too.
+  void refresh_ioctl_devices();
 
   // Entry point for every ring buffer record.
   void handle(std::span<const std::byte> data);
@@ -53,18 +72,29 @@ class Recorder {
  private:
   void on_call(const CallRecord& call);
   void on_process_event(const struct ProcEvent& event);
+  void on_os_event(const Event& event);
+  void check_libraries(uint32_t pid, const std::vector<MappedFile>& files);
+  void write_flight_recorder(uint32_t pid);
+  void report(Anomaly anomaly);
   void refresh_identity(uint32_t pid);
   void warn(std::string message);
-  void report(Anomaly anomaly);  // prints it live and keeps it in the session
 
   Session& session_;
   std::set<Layer> layers_;
   Tracer* tracer_ = nullptr;
+  GpuLayer* gpu_ = nullptr;
   std::vector<std::unique_ptr<Sink>> sinks_;
   std::set<uint32_t> stopped_;  // targets stopped by the loader probe
   CollectiveTracker collectives_;
   LeakDetector leaks_;
   uint64_t leaks_checked_ns_ = 0;
+  OsMonitor os_;
+  std::string ioctl_devices_;
+  uint64_t devices_refreshed_ns_ = 0;
+  std::map<FileId, LibraryBuild> library_builds_;  // identified files (reading ELF costs)
+  FlightRecorder flight_;
+  std::string out_dir_;
+  size_t flight_files_ = 0;
   std::vector<std::string> warnings_;
   uint64_t decode_errors_ = 0;
 };

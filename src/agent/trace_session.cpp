@@ -19,6 +19,7 @@
 
 #include "agent/privileges.h"
 #include "agent/recorder.h"
+#include "gpu/gpu_layer.h"
 #include "probes/tracer.h"
 #include "sinks/perfetto_writer.h"
 #include "sinks/sqlite_writer.h"
@@ -99,8 +100,14 @@ class TraceRun {
     session_.version = EACGM_VERSION;
     session_.realtime_offset_ns = realtime_offset_ns();
     session_.start_ns = monotonic_ns();
+    recorder_.set_output_dir(options_.out_dir);
+    OsMonitor::Options os_monitor;
+    os_monitor.self_pid = static_cast<uint32_t>(getpid());
+    recorder_.configure_os({.ioctl_devices = options_.ioctl_devices, .monitor = os_monitor});
 
-    Tracer::Options topts{.layers = options_.layers,
+    std::set<Layer> bpf_layers = options_.layers;
+    bpf_layers.erase(Layer::kGpu);  // NVML, read from user space: no BPF program
+    Tracer::Options topts{.layers = bpf_layers,
                           .stop_on_dlopen = options_.stop_on_dlopen,
                           .btf_path = options_.btf_path,
                           .verbose = options_.verbose};
@@ -109,6 +116,14 @@ class TraceRun {
     if (!tracer) return fail(tracer.error().message);
     tracer_ = std::move(*tracer);
     recorder_.set_tracer(tracer_.get());
+    for (const std::string& warning : tracer_->warnings()) {
+      fmt::print(stderr, "eacgm: warning: {}\n", warning);
+    }
+    if (auto problem = tracer_->layer_problem(Layer::kOs);
+        problem && options_.layers.contains(Layer::kOs)) {
+      fmt::print(stderr, "eacgm: warning: the os layer is unavailable: {}\n", *problem);
+    }
+    recorder_.refresh_ioctl_devices();
 
     auto sqlite = SqliteWriter::open(options_.out_dir + "/events.sqlite");
     if (!sqlite) return fail(sqlite.error().message);
@@ -116,6 +131,20 @@ class TraceRun {
     auto perfetto = PerfettoWriter::open(options_.out_dir + "/trace.perfetto-trace");
     if (!perfetto) return fail(perfetto.error().message);
     recorder_.add_sink(std::move(*perfetto));
+
+    // Before the job starts, so its whole life is sampled. Never fatal.
+    if (options_.layers.contains(Layer::kGpu)) {
+      GpuLayer::Options gpu;
+      gpu.library = options_.nvml_lib;
+      gpu.rate_hz = options_.gpu_rate_hz;
+      gpu_ = GpuLayer::start(gpu, session_.start_ns);
+      recorder_.set_gpu(gpu_.get());
+      // No NVML is the normal case on a machine without a GPU; the report
+      // says so. Only a library asked for by name deserves a warning.
+      if (!gpu_->active() && !options_.nvml_lib.empty()) {
+        fmt::print(stderr, "eacgm: warning: the gpu layer is unavailable: {}\n", gpu_->reason());
+      }
+    }
 
     if (options_.stop_on_dlopen) {
       if (auto r = tracer_->attach_loader(kLoaderPath); !r) {
@@ -162,6 +191,14 @@ class TraceRun {
     session_.events_dropped = tracer_->dropped();
     for (Layer layer : options_.layers) {
       LayerState& state = session_.layers[layer];
+      // The gpu layer's status comes from GpuLayer::finish, called by finish_sinks().
+      if (layer == Layer::kGpu) continue;
+      if (layer == Layer::kOs) {  // tracepoints: no library to find
+        const std::optional<std::string> problem = tracer_->layer_problem(layer);
+        state.status = problem ? LayerStatus::kUnavailable : LayerStatus::kActive;
+        state.reason = problem.value_or("");
+        continue;
+      }
       state.libraries.clear();
       for (const TracedLibrary& lib : tracer_->libraries()) {
         if (lib.layer == layer) state.libraries.push_back(lib.path);
@@ -203,6 +240,7 @@ class TraceRun {
   Session session_;
   Recorder recorder_;
   std::unique_ptr<Tracer> tracer_;
+  std::unique_ptr<GpuLayer> gpu_;  // null when the gpu layer is not selected
   sigset_t signals_ = loop_signals();
   int sigfd_ = -1;
 };

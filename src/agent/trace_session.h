@@ -23,6 +23,11 @@ struct TraceOptions {
   bool verbose = false;
   bool quiet = false;  // no report on stdout
   double hang_timeout_s = 5.0;  // a collective some ranks never entered for this long is a hang
+  std::string ioctl_devices = "/dev/nvidia*";  // os layer: device files whose ioctls are timed
+  // gpu layer: the NVML to dlopen (empty: libnvidia-ml.so.1 on the library search path), and
+  // how many times a second each device is read.
+  std::string nvml_lib;
+  double gpu_rate_hz = 10.0;
 };
 
 // Runs `command` traced from its first instruction; returns its exit code.

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "agent/privileges.h"
+#include "gpu/gpu_layer.h"
 #include "probes/attached_probe.h"
 #include "probes/library_finder.h"
 #include "probes/tracer.h"
@@ -74,7 +75,7 @@ void row(std::string_view what, bool good, std::string_view detail) {
 
 }  // namespace
 
-int run_doctor() {
+int run_doctor(const std::string& nvml_lib) {
   libbpf_set_print(nullptr);
   bool can_trace = true;
   utsname u{};
@@ -129,7 +130,25 @@ int run_doctor() {
                       : fmt::format("ready: {} file(s)", files.size()));
     for (const std::string& f : files) fmt::print("  {:<33} {}\n", "", f);
   }
-  for (std::string_view layer : {"torch", "python", "gpu", "os"}) {
+  // The os layer needs no library: tracepoints by BTF (signals, OOM kills)
+  // and syscall tracepoints through tracefs (mmap, munmap, mremap, ioctl).
+  {
+    const bool syscalls = exists("/sys/kernel/tracing/events/syscalls/sys_enter_mmap") ||
+                          exists("/sys/kernel/debug/tracing/events/syscalls/sys_enter_mmap");
+    row("os", btf,
+        !btf       ? "needs kernel BTF (signal_generate, mark_victim)"
+        : syscalls ? "ready: signals, OOM kills, mmap/munmap, ioctl on --ioctl-devices"
+        : tracefs  ? "signals and OOM kills only: no syscall tracepoints in this kernel"
+                   : "ready (eacgm mounts tracefs for the syscall tracepoints)");
+  }
+  // The gpu layer reads NVML from user space: it needs the driver's library
+  // and a GPU, never for tracing to work.
+  {
+    const NvmlStatus nvml = probe_nvml(nvml_lib);
+    row("gpu (NVML)", nvml.ok, nvml.detail);
+    for (const std::string& d : nvml.devices) fmt::print("  {:<33} {}\n", "", d);
+  }
+  for (std::string_view layer : {"torch", "python"}) {
     row(layer, false, "not implemented in this version");
   }
 

@@ -26,12 +26,13 @@ std::optional<std::set<Layer>> parse_layers(const std::string& text, std::string
     if (name.empty()) continue;
     const auto layer = eacgm::layer_from_name(name);
     if (!layer) {
-      error = fmt::format("unknown layer '{}' (known: cuda, nccl, torch, python, os)", name);
+      error = fmt::format("unknown layer '{}' (known: cuda, nccl, torch, python, os, gpu)", name);
       return std::nullopt;
     }
-    if (*layer != Layer::kCuda && *layer != Layer::kNccl) {
-      error = fmt::format("layer '{}' is not implemented in this version (available: cuda, nccl)",
-                          name);
+    if (*layer != Layer::kCuda && *layer != Layer::kNccl && *layer != Layer::kOs &&
+        *layer != Layer::kGpu) {
+      error = fmt::format(
+          "layer '{}' is not implemented in this version (available: cuda, nccl, os, gpu)", name);
       return std::nullopt;
     }
     layers.insert(*layer);
@@ -45,7 +46,17 @@ std::optional<std::set<Layer>> parse_layers(const std::string& text, std::string
 
 void add_trace_options(CLI::App* cmd, eacgm::TraceOptions& opts, std::string& layers) {
   cmd->add_option("-o,--output", opts.out_dir, "session directory to write")->required();
-  cmd->add_option("--layers", layers, "comma-separated layers to trace")->default_val("cuda,nccl");
+  cmd->add_option("--layers", layers, "comma-separated layers to trace")
+      ->default_val("cuda,nccl,os,gpu");
+  cmd->add_option("--ioctl-devices", opts.ioctl_devices,
+                  "os layer: device files whose ioctls are timed (comma-separated globs)")
+      ->default_val("/dev/nvidia*");
+  cmd->add_option(
+      "--nvml-lib", opts.nvml_lib,
+      "gpu layer: NVML library to load (default: libnvidia-ml.so.1 on the search path)");
+  cmd->add_option("--gpu-rate", opts.gpu_rate_hz, "gpu layer: samples per second per GPU")
+      ->default_val(10.0)
+      ->check(CLI::Range(0.1, 1000.0));
   cmd->add_option("--hang-timeout", opts.hang_timeout_s,
                   "seconds a collective may wait for missing ranks before it is a hang")
       ->default_val(5.0)
@@ -65,7 +76,10 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", EACGM_VERSION);
   app.require_subcommand(1);
 
-  app.add_subcommand("doctor", "check whether this machine can trace, and what");
+  std::string doctor_nvml;
+  CLI::App* doctor = app.add_subcommand("doctor", "check whether this machine can trace, and what");
+  doctor->add_option("--nvml-lib", doctor_nvml,
+                     "NVML library to check (default: libnvidia-ml.so.1 on the search path)");
 
   eacgm::TraceOptions record_opts;
   std::string record_layers;
@@ -110,7 +124,7 @@ int main(int argc, char** argv) {
   }
 
   std::string error;
-  if (app.got_subcommand("doctor")) return eacgm::run_doctor();
+  if (app.got_subcommand("doctor")) return eacgm::run_doctor(doctor_nvml);
   if (app.got_subcommand("record")) {
     for (const std::string& extra : record->remaining()) command.push_back(extra);
     command.insert(command.end(), job_argv.begin(), job_argv.end());

@@ -392,12 +392,15 @@ std::string_view layer_name(Layer layer) {
       return "python";
     case Layer::kOs:
       return "os";
+    case Layer::kGpu:
+      return "gpu";
   }
   return "unknown";
 }
 
 std::optional<Layer> layer_from_name(std::string_view name) {
-  for (Layer layer : {Layer::kCuda, Layer::kNccl, Layer::kTorch, Layer::kPython, Layer::kOs}) {
+  for (Layer layer :
+       {Layer::kCuda, Layer::kNccl, Layer::kTorch, Layer::kPython, Layer::kOs, Layer::kGpu}) {
     if (layer_name(layer) == name) return layer;
   }
   return std::nullopt;

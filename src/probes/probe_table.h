@@ -22,6 +22,7 @@ enum class Layer : uint32_t {
   kTorch = EACGM_LAYER_TORCH,
   kPython = EACGM_LAYER_PYTHON,
   kOs = EACGM_LAYER_OS,
+  kGpu = EACGM_LAYER_GPU,
 };
 
 std::string_view layer_name(Layer layer);

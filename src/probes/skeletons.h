@@ -8,4 +8,5 @@
 #include "core.skel.h"
 #include "cuda.skel.h"
 #include "nccl.skel.h"
+#include "os.skel.h"
 #pragma GCC diagnostic pop

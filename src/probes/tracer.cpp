@@ -3,6 +3,8 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -91,8 +93,9 @@ struct LayerPrograms {
 
 struct Tracer::Programs {
   eacgm_core* core = nullptr;
+  eacgm_os* os = nullptr;  // also in `layers`, which owns it
   std::map<Layer, LayerPrograms> layers;
-  std::vector<bpf_link*> core_links;
+  std::vector<bpf_link*> core_links;  // the os layer's tracepoints too
 
   ~Programs() {
     for (bpf_link* link : core_links) bpf_link__destroy(link);
@@ -138,6 +141,41 @@ Result<LayerPrograms> load_layer(Layer layer, Skel* (*open)(const bpf_object_ope
     progs.destroy();
     return Error{libbpf_error("cannot load the " + name + " BPF program", err)};
   }
+  return progs;
+}
+
+// The os layer's syscall tracepoints are found through tracefs, which a
+// fresh machine may not have mounted; mounting it where the kernel
+// documents it is what systemd does at boot.
+std::optional<std::string> ensure_tracefs() {
+  if (access("/sys/kernel/tracing/events", F_OK) == 0 ||
+      access("/sys/kernel/debug/tracing/events", F_OK) == 0) {
+    return std::nullopt;
+  }
+  if (mount("nodev", "/sys/kernel/tracing", "tracefs", 0, nullptr) == 0) return std::nullopt;
+  return fmt::format(
+      "tracefs is not mounted and mounting it failed ({}); the os layer cannot "
+      "see mmap, munmap, mremap or ioctl: mount -t tracefs nodev "
+      "/sys/kernel/tracing",
+      std::strerror(errno));
+}
+
+// Opens and loads the os layer object; its tracepoints are attached one by
+// one so that a kernel lacking one keeps the rest.
+Result<LayerPrograms> load_os(eacgm_core* core, const bpf_object_open_opts* opts, eacgm_os** out) {
+  eacgm_os* skel = eacgm_os__open_opts(opts);
+  if (!skel) return Error{libbpf_error("cannot open the os BPF program", errno)};
+  LayerPrograms progs{
+      .entry = nullptr, .ret = nullptr, .destroy = [skel] { eacgm_os__destroy(skel); }};
+  if (int err = reuse_shared_maps(skel, core); err) {
+    progs.destroy();
+    return Error{libbpf_error("cannot share maps with the os BPF program", err)};
+  }
+  if (int err = eacgm_os__load(skel); err) {
+    progs.destroy();
+    return Error{libbpf_error("cannot load the os BPF program", err)};
+  }
+  *out = skel;
   return progs;
 }
 
@@ -190,11 +228,43 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
         progs = load_layer(layer, eacgm_nccl__open_opts, eacgm_nccl__load, eacgm_nccl__destroy,
                            p.core, &open_opts, tracer->multi_);
         break;
+      case Layer::kOs:
+        progs = load_os(p.core, &open_opts, &p.os);
+        if (!progs) {
+          // The os layer needs no library and must never cost the others.
+          tracer->layer_problems_[layer] = progs.error().message;
+          continue;
+        }
+        break;
       default:
         break;
     }
     if (!progs) return progs.error();
     p.layers.emplace(layer, std::move(*progs));
+  }
+  if (p.os) {
+    const std::optional<std::string> tracefs = ensure_tracefs();
+    std::vector<std::string> missing;
+    size_t attached = 0;
+    bpf_program* prog = nullptr;
+    bpf_object__for_each_program(prog, p.os->obj) {
+      bpf_link* link = bpf_program__attach(prog);
+      if (!link) {
+        missing.push_back(fmt::format("{} ({})", bpf_program__name(prog), std::strerror(errno)));
+        continue;
+      }
+      p.core_links.push_back(link);
+      ++attached;
+    }
+    if (attached == 0) {
+      tracer->layer_problems_[Layer::kOs] =
+          tracefs ? *tracefs
+                  : fmt::format("no os tracepoint could be attached: {}", fmt::join(missing, ", "));
+    } else if (!missing.empty()) {
+      tracer->warnings_.push_back(fmt::format("os layer: not attached: {}{}",
+                                              fmt::join(missing, ", "),
+                                              tracefs ? "; " + *tracefs : ""));
+    }
   }
 
   tracer->ring_ = ring_buffer__new(
@@ -302,6 +372,29 @@ uint64_t Tracer::dropped() const {
   uint64_t total = 0;
   for (uint64_t n : per_cpu) total += n;
   return total;
+}
+
+std::optional<std::string> Tracer::layer_problem(Layer layer) const {
+  auto it = layer_problems_.find(layer);
+  if (it != layer_problems_.end()) return it->second;
+  return std::nullopt;
+}
+
+Result<void> Tracer::set_ioctl_devices(const std::set<uint32_t>& rdevs) {
+  if (!programs_->os || rdevs == ioctl_devices_) return {};
+  const int fd = bpf_map__fd(programs_->os->maps.ioctl_devices);
+  for (uint32_t rdev : ioctl_devices_) {
+    if (!rdevs.contains(rdev)) bpf_map_delete_elem(fd, &rdev);
+  }
+  const uint8_t one = 1;
+  for (uint32_t rdev : rdevs) {
+    if (bpf_map_update_elem(fd, &rdev, &one, BPF_ANY) != 0) {
+      return Error{fmt::format("cannot watch ioctls on device {}:{}: {}", rdev >> 20,
+                               rdev & 0xfffff, std::strerror(errno))};
+    }
+  }
+  ioctl_devices_ = rdevs;
+  return {};
 }
 
 void Tracer::detach_probes() {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -72,6 +73,16 @@ class Tracer {
   // buffer can still be drained).
   void detach_probes();
 
+  // Why an enabled layer without libraries (os) could not be set up, or
+  // nullopt when it works. Such a layer never makes open() fail: the others
+  // are still worth tracing.
+  std::optional<std::string> layer_problem(Layer layer) const;
+  // Problems short of that (one tracepoint of a layer missing).
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  // The char devices (kernel dev_t: major << 20 | minor) whose ioctls the os
+  // layer times; replaces the previous set.
+  Result<void> set_ioctl_devices(const std::set<uint32_t>& rdevs);
+
  private:
   Tracer() = default;
   struct Programs;
@@ -81,6 +92,9 @@ class Tracer {
   bool multi_ = false;
   std::vector<TracedLibrary> libraries_;
   std::vector<std::unique_ptr<AttachedProbe>> probes_;
+  std::map<Layer, std::string> layer_problems_;
+  std::vector<std::string> warnings_;
+  std::set<uint32_t> ioctl_devices_;
 };
 
 }  // namespace eacgm

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 
@@ -18,6 +19,18 @@ static_assert(offsetof(eacgm_call, args) == 32);
 static_assert(offsetof(eacgm_call, ret) == 104);
 static_assert(offsetof(eacgm_call, func_id) == 112);
 static_assert(sizeof(eacgm_proc) == 24 + 4 + 4 + EACGM_COMM_LEN);
+static_assert(sizeof(eacgm_signal) == 24 + 6 * 4 + EACGM_COMM_LEN);
+static_assert(offsetof(eacgm_signal, sender_comm) == 48);
+static_assert(sizeof(eacgm_oom) ==
+              24 + 5 * 8 + 6 * 4 + 2 * EACGM_COMM_LEN + EACGM_CGROUP_DEPTH * EACGM_CGROUP_NAME_LEN);
+static_assert(offsetof(eacgm_oom, uid) == 64);
+static_assert(offsetof(eacgm_oom, comm) == 88);
+static_assert(offsetof(eacgm_oom, cgroup) == 120);
+static_assert(sizeof(eacgm_mmap) == 24 + 6 * 8 + 4 * 4);
+static_assert(offsetof(eacgm_mmap, ret) == 64);
+static_assert(offsetof(eacgm_mmap, op) == 72);
+static_assert(sizeof(eacgm_ioctl) == 24 + 4 * 8 + 2 * 4);
+static_assert(offsetof(eacgm_ioctl, fd) == 56);
 
 namespace {
 
@@ -73,6 +86,105 @@ Result<Event> decode_proc(std::span<const std::byte> data, ProcEvent::Kind kind)
   return Event{e};
 }
 
+std::string c_string(const char* text, size_t size) {
+  return std::string(text, strnlen(text, size));
+}
+
+Result<Event> decode_signal(std::span<const std::byte> data) {
+  auto raw = read_struct<eacgm_signal>(data, "signal");
+  if (!raw) return raw.error();
+  SignalEvent e;
+  e.pid = raw->hdr.tgid;
+  e.tid = raw->hdr.tid;
+  e.ts_ns = raw->hdr.ts_ns;
+  e.sig = raw->sig;
+  e.code = raw->code;
+  e.result = raw->result;
+  e.group = raw->group != 0;
+  e.sender_pid = raw->sender_tgid;
+  e.sender_tid = raw->sender_tid;
+  e.sender_comm = c_string(raw->sender_comm, sizeof(raw->sender_comm));
+  return Event{e};
+}
+
+Result<Event> decode_oom(std::span<const std::byte> data) {
+  auto raw = read_struct<eacgm_oom>(data, "OOM kill");
+  if (!raw) return raw.error();
+  const eacgm_oom& r = *raw;
+  OomKillEvent e;
+  e.pid = r.hdr.tgid;
+  e.tid = r.hdr.tid;
+  e.ts_ns = r.hdr.ts_ns;
+  e.comm = c_string(r.comm, sizeof(r.comm));
+  e.total_vm_bytes = r.total_vm_bytes;
+  e.anon_rss_bytes = r.anon_rss_bytes;
+  e.file_rss_bytes = r.file_rss_bytes;
+  e.shmem_rss_bytes = r.shmem_rss_bytes;
+  e.uid = r.uid;
+  e.oom_score_adj = r.oom_score_adj;
+  e.cgroup_id = r.cgroup_id;
+  e.cgroup_v1 = r.cgroup_hierarchy != 0;
+  e.killer_pid = r.killer_tgid;
+  e.killer_comm = c_string(r.killer_comm, sizeof(r.killer_comm));
+  // Components arrive leaf first; a path deeper than the event holds lost its top.
+  const uint32_t names = std::min<uint32_t>(r.cgroup_names, EACGM_CGROUP_DEPTH);
+  std::string path = names < r.cgroup_level ? "/..." : "";
+  for (uint32_t i = names; i-- > 0;) {
+    path += "/" + c_string(r.cgroup[i], EACGM_CGROUP_NAME_LEN);
+  }
+  e.cgroup = path.empty() ? "/" : path;
+  return Event{e};
+}
+
+Result<Event> decode_mmap(std::span<const std::byte> data) {
+  auto raw = read_struct<eacgm_mmap>(data, "mmap");
+  if (!raw) return raw.error();
+  const eacgm_mmap& r = *raw;
+  MmapEvent e;
+  switch (r.op) {
+    case EACGM_MMAP:
+      e.op = MmapEvent::Op::kMmap;
+      break;
+    case EACGM_MUNMAP:
+      e.op = MmapEvent::Op::kMunmap;
+      break;
+    case EACGM_MREMAP:
+      e.op = MmapEvent::Op::kMremap;
+      break;
+    default:
+      return Error{fmt::format("mmap record with unknown operation {}", r.op)};
+  }
+  e.pid = r.hdr.tgid;
+  e.tid = r.hdr.tid;
+  e.ts_ns = r.hdr.ts_ns;
+  e.duration_ns = r.duration_ns;
+  e.addr = r.addr;
+  e.len = r.len;
+  e.old_addr = r.old_addr;
+  e.old_len = r.old_len;
+  e.ret = r.ret;
+  e.prot = r.prot;
+  e.flags = r.flags;
+  e.fd = r.fd;
+  return Event{e};
+}
+
+Result<Event> decode_ioctl(std::span<const std::byte> data) {
+  auto raw = read_struct<eacgm_ioctl>(data, "ioctl");
+  if (!raw) return raw.error();
+  IoctlEvent e;
+  e.pid = raw->hdr.tgid;
+  e.tid = raw->hdr.tid;
+  e.ts_ns = raw->hdr.ts_ns;
+  e.duration_ns = raw->duration_ns;
+  e.request = raw->request;
+  e.arg = raw->arg;
+  e.ret = raw->ret;
+  e.fd = raw->fd;
+  e.rdev = raw->rdev;
+  return Event{e};
+}
+
 }  // namespace
 
 Result<Event> decode_event(std::span<const std::byte> data) {
@@ -91,6 +203,14 @@ Result<Event> decode_event(std::span<const std::byte> data) {
       return decode_proc(data, ProcEvent::Kind::kExit);
     case EACGM_EV_DL_STOP:
       return decode_proc(data, ProcEvent::Kind::kLoaderStop);
+    case EACGM_EV_SIGNAL:
+      return decode_signal(data);
+    case EACGM_EV_OOM_KILL:
+      return decode_oom(data);
+    case EACGM_EV_MMAP:
+      return decode_mmap(data);
+    case EACGM_EV_IOCTL:
+      return decode_ioctl(data);
     default:
       return Error{fmt::format("unknown event kind {}", header->kind)};
   }

@@ -24,7 +24,7 @@ struct ProcEvent {
   std::string comm;
 };
 
-using Event = std::variant<CallRecord, ProcEvent>;
+using Event = std::variant<CallRecord, ProcEvent, SignalEvent, OomKillEvent, MmapEvent, IoctlEvent>;
 
 Result<Event> decode_event(std::span<const std::byte> data);
 

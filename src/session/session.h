@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "probes/probe_table.h"
+#include "session/os_events.h"
 
 namespace eacgm {
 
@@ -42,11 +43,21 @@ struct CallRecord {
   uint64_t bytes() const { return call_bytes(*spec, raw); }
 };
 
+// Who sent a process the signal that ended it.
+struct SignalSender {
+  uint32_t pid = 0;
+  std::string comm;
+};
+
 struct ProcessExit {
   std::optional<int> code;    // exit status when it exited normally
   std::optional<int> signal;  // terminating signal otherwise
   bool core_dumped = false;
   std::string cause;  // a sentence a person understands
+  std::optional<SignalSender> sender;  // a process sent the terminating signal (os layer)
+
+  // Killed by a signal or exited with a non-zero code.
+  bool abnormal() const { return signal.has_value() || (code && *code != 0); }
 };
 
 struct ProcessInfo {
@@ -60,6 +71,7 @@ struct ProcessInfo {
   uint64_t end_ns = 0;    // monotonic; 0 while alive
   std::optional<ProcessExit> exit;
   std::map<uint32_t, std::string> threads;  // tid -> thread name
+  std::string flight_recorder;  // its last events, relative to the session dir, when it died
 };
 
 // Aggregates of one API, operator or function.
@@ -129,6 +141,7 @@ class Session {
   std::map<Layer, LayerState> layers;
   std::map<uint32_t, DeviceMemory> device_memory;  // by pid
   std::vector<Anomaly> anomalies;
+  OsActivity os;  // the os layer's signals, OOM kills, mappings and ioctls
 
   double duration_s() const { return end_ns > start_ns ? (end_ns - start_ns) / 1e9 : 0.0; }
 };

@@ -17,6 +17,8 @@
 #include "perfetto_trace.pb.h"
 #endif
 
+#include "sinks/perfetto_gpu.h"
+
 namespace eacgm {
 namespace {
 
@@ -56,6 +58,14 @@ void append_framed(const pb::TracePacket& packet, std::string* out) {
   out->push_back(static_cast<char>(size));
   packet.AppendToString(out);
 }
+
+}  // namespace
+
+void append_trace_packet(const pb::TracePacket& packet, std::string* out) {
+  append_framed(packet, out);
+}
+
+namespace {
 
 std::optional<uint64_t> parse_hex(std::string_view text) {
   if (text.starts_with("0x") || text.starts_with("0X")) text.remove_prefix(2);
@@ -265,6 +275,18 @@ void PerfettoWriter::on_call(const CallRecord& call) {
   if (thread.pending_bytes > kMaxPendingBytesPerThread) flush_pending(&thread);
 }
 
+void PerfettoWriter::on_gpu_sample(const GpuSample& sample) {
+  if (finished_ || !error_.empty()) return;
+  if (!gpu_) gpu_ = std::make_unique<PerfettoGpuTracks>();
+  write_events(gpu_->sample_packets(sample));
+}
+
+void PerfettoWriter::on_gpu_event(const GpuEvent& event) {
+  if (finished_ || !error_.empty()) return;
+  if (!gpu_) gpu_ = std::make_unique<PerfettoGpuTracks>();
+  write_events(gpu_->event_packets(event));
+}
+
 void PerfettoWriter::flush_pending(ThreadState* thread) {
   for (const Subtree& tree : thread->pending) write_events(tree.packets);
   thread->pending.clear();
@@ -368,7 +390,8 @@ Result<void> PerfettoWriter::finish(const Session& session) {
   for (auto& [key, thread] : threads_) flush_pending(&thread);
   flush_events_buffer();
   if (error_.empty()) {
-    const std::string header = descriptor_packets(session);
+    std::string header = descriptor_packets(session);
+    if (gpu_) header += gpu_->descriptor_packets(session);
     if (std::fwrite(header.data(), 1, header.size(), out_) != header.size()) {
       fail("writing " + path_ + ": " + std::strerror(errno));
     }

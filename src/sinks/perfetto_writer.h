@@ -30,6 +30,11 @@ class TracePacket;  // generated from proto/perfetto_trace.proto
 // The flow id linking one NCCL collective across the ranks' tracks.
 uint64_t collective_flow_id(const CollectiveRef& collective);
 
+// Appends `packet` to `out` as one Trace.packet field (for the writer's helpers).
+void append_trace_packet(const perfetto::TracePacket& packet, std::string* out);
+
+class PerfettoGpuTracks;
+
 class PerfettoWriter : public Sink {
  public:
   // Creates `path` and its temporary events file; fails with a message naming
@@ -42,6 +47,10 @@ class PerfettoWriter : public Sink {
 
   // Never fails loudly: a write error is remembered and returned by finish().
   void on_call(const CallRecord& call) override;
+  // GPU readings become counter tracks, device events instant events
+  // (sinks/perfetto_gpu.h).
+  void on_gpu_sample(const GpuSample& sample) override;
+  void on_gpu_event(const GpuEvent& event) override;
   Result<void> finish(const Session& session) override;
 
   // Track uuids are a pure function of pid and tid, so events can name their
@@ -90,6 +99,7 @@ class PerfettoWriter : public Sink {
   uint64_t boottime_at_open_ns_ = 0;
   std::map<std::pair<uint32_t, uint32_t>, ThreadState> threads_;  // (pid, tid) seen in calls
   std::unique_ptr<perfetto::TracePacket> scratch_;                // reused for every packet
+  std::unique_ptr<PerfettoGpuTracks> gpu_;                        // created by the first GPU data
 };
 
 }  // namespace eacgm

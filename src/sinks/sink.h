@@ -3,6 +3,7 @@
 #pragma once
 
 #include "common/result.h"
+#include "gpu/gpu_sample.h"
 #include "session/session.h"
 
 namespace eacgm {
@@ -11,6 +12,10 @@ class Sink {
  public:
   virtual ~Sink() = default;
   virtual void on_call(const CallRecord& call) = 0;
+  // The gpu layer: one device reading, one device event (XID, ECC), in the
+  // order the main loop drains them. Sinks that keep no GPU data ignore them.
+  virtual void on_gpu_sample(const GpuSample& /*sample*/) {}
+  virtual void on_gpu_event(const GpuEvent& /*event*/) {}
   // Called once, after the last call; the session holds processes, threads,
   // exits and statistics. Must leave a complete, valid file behind.
   virtual Result<void> finish(const Session& session) = 0;

@@ -73,6 +73,16 @@ CREATE TABLE meta(
   key TEXT PRIMARY KEY,
   value TEXT
 );
+CREATE TABLE os_events(
+  id INTEGER PRIMARY KEY,
+  pid INTEGER NOT NULL,
+  tid INTEGER,
+  kind TEXT NOT NULL,
+  ts_ns INTEGER,
+  name TEXT,
+  value INTEGER,
+  detail TEXT NOT NULL
+);
 )sql";
 
 // Built at finish(), after the bulk inserts: maintaining them row by row
@@ -212,6 +222,13 @@ Result<std::unique_ptr<SqliteWriter>> SqliteWriter::open(const std::string& path
   if (Result<void> r = writer->prepare(kInsertCollective, &writer->insert_collective_); !r.ok()) {
     return Error{"cannot create SQLite database " + path + ": " + r.error().message};
   }
+  // The gpu layer's tables exist in every database, empty when it did not run.
+  if (Result<void> r = writer->exec(SqliteGpuTables::schema().c_str()); !r.ok()) {
+    return Error{"cannot create SQLite database " + path + ": " + r.error().message};
+  }
+  auto gpu = SqliteGpuTables::prepare(db);
+  if (!gpu) return Error{"cannot create SQLite database " + path + ": " + gpu.error().message};
+  writer->gpu_ = std::move(*gpu);
   return writer;
 }
 
@@ -223,6 +240,7 @@ SqliteWriter::~SqliteWriter() {
   if (in_transaction_) sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
   sqlite3_finalize(insert_call_);
   sqlite3_finalize(insert_collective_);
+  gpu_.reset();
   sqlite3_close(db_);
 }
 
@@ -417,6 +435,8 @@ Result<void> SqliteWriter::write_session(const Session& session) {
     if (sqlite3_step(stmt) != SQLITE_DONE) return sqlite_error("inserting layers");
   }
 
+  if (Result<void> r = write_os_events(session); !r.ok()) return r;
+
   if (Result<void> r = prepare("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", &raw);
       !r.ok()) {
     return r;
@@ -456,6 +476,132 @@ Result<void> SqliteWriter::write_session(const Session& session) {
   return exec("COMMIT");
 }
 
+// The os layer's findings, one row each: signals, OOM kills, each process's
+// MAP_POPULATE summary, and the ioctls over the slow threshold. Rare by
+// nature (mmap calls themselves are summarized, not stored).
+Result<void> SqliteWriter::write_os_events(const Session& session) {
+  sqlite3_stmt* raw = nullptr;
+  if (Result<void> r = prepare("INSERT INTO os_events(pid, tid, kind, ts_ns, name, value, detail) "
+                               "VALUES(?, ?, ?, ?, ?, ?, ?)",
+                               &raw);
+      !r.ok()) {
+    return r;
+  }
+  Stmt insert(raw);
+  const OsActivity& os = session.os;
+  auto row = [&](uint32_t pid, std::optional<uint32_t> tid, std::string_view kind,
+                 std::optional<uint64_t> ts_ns, std::string_view name, int64_t value,
+                 const nlohmann::ordered_json& detail) -> Result<void> {
+    sqlite3_stmt* stmt = insert.get();
+    sqlite3_reset(stmt);
+    sqlite3_clear_bindings(stmt);
+    bind_int(stmt, 1, pid);
+    bind_optional(stmt, 2, tid);
+    bind_text(stmt, 3, kind);
+    bind_optional(stmt, 4, ts_ns);
+    bind_text_or_null(stmt, 5, name);
+    bind_int(stmt, 6, value);
+    bind_text(stmt, 7, to_json(detail));
+    if (sqlite3_step(stmt) != SQLITE_DONE) return sqlite_error("inserting os events");
+    return {};
+  };
+  auto device = [&os](uint32_t rdev) {
+    auto it = os.devices.find(rdev);
+    return it != os.devices.end() ? it->second : device_number(rdev);
+  };
+  for (const SignalEvent& e : os.signals) {
+    nlohmann::ordered_json detail = {{"code", e.code},
+                                     {"result", e.result},
+                                     {"group", e.group},
+                                     {"sender_pid", e.sender_pid},
+                                     {"sender_tid", e.sender_tid},
+                                     {"sender_comm", e.sender_comm},
+                                     {"sent_by_process", e.sent_by_process()}};
+    if (Result<void> r = row(e.pid, e.tid, "signal", e.ts_ns, signal_name(e.sig), e.sig, detail);
+        !r.ok()) {
+      return r;
+    }
+  }
+  for (const OomKillEvent& e : os.oom_kills) {
+    nlohmann::ordered_json detail = {{"comm", e.comm},
+                                     {"anon_rss_bytes", e.anon_rss_bytes},
+                                     {"file_rss_bytes", e.file_rss_bytes},
+                                     {"shmem_rss_bytes", e.shmem_rss_bytes},
+                                     {"total_vm_bytes", e.total_vm_bytes},
+                                     {"cgroup_version", e.cgroup_v1 ? 1 : 2},
+                                     {"oom_score_adj", e.oom_score_adj},
+                                     {"killer_pid", e.killer_pid},
+                                     {"killer_comm", e.killer_comm}};
+    if (Result<void> r = row(e.pid, e.tid, "oom_kill", e.ts_ns, e.cgroup,
+                             static_cast<int64_t>(e.anon_rss_bytes), detail);
+        !r.ok()) {
+      return r;
+    }
+  }
+  for (const auto& [pid, st] : os.mmap) {
+    if (st.populate.count == 0) continue;
+    nlohmann::ordered_json detail = {{"bytes", st.populate.bytes},
+                                     {"peak_per_s", st.populate.peak_per_s},
+                                     {"peak_at_ns", st.populate.peak_at_ns},
+                                     {"mmaps", st.mmaps},
+                                     {"munmaps", st.munmaps}};
+    if (Result<void> r = row(pid, std::nullopt, "mmap_populate", std::nullopt, "MAP_POPULATE",
+                             static_cast<int64_t>(st.populate.count), detail);
+        !r.ok()) {
+      return r;
+    }
+  }
+  for (const IoctlEvent& e : os.slow_ioctls) {
+    nlohmann::ordered_json detail = {
+        {"request", e.request}, {"fd", e.fd}, {"ret", e.ret}, {"rdev", device_number(e.rdev)}};
+    if (Result<void> r = row(e.pid, e.tid, "slow_ioctl", e.ts_ns, device(e.rdev),
+                             static_cast<int64_t>(e.duration_ns), detail);
+        !r.ok()) {
+      return r;
+    }
+  }
+  return {};
+}
+
+bool SqliteWriter::begin_batch() {
+  if (in_transaction_) return true;
+  if (Result<void> r = exec("BEGIN"); !r.ok()) {
+    fail(Error{"starting a transaction: " + r.error().message});
+    return false;
+  }
+  in_transaction_ = true;
+  batch_started_ = std::chrono::steady_clock::now();
+  return true;
+}
+
+void SqliteWriter::end_batch_rows(size_t rows) {
+  batch_rows_ += rows;
+  if (batch_rows_ >= kBatchRows ||
+      std::chrono::steady_clock::now() - batch_started_ >= kBatchInterval) {
+    if (Result<void> r = commit_batch(); !r.ok()) fail(r.error());
+  }
+}
+
+void SqliteWriter::on_gpu_sample(const GpuSample& sample) {
+  if (finished_ || !gpu_ || !error_.empty() || !begin_batch()) return;
+  Result<size_t> rows = gpu_->insert(sample);
+  if (!rows) {
+    fail(Error{rows.error().message + " into " + path_});
+    return;
+  }
+  end_batch_rows(*rows);
+}
+
+void SqliteWriter::on_gpu_event(const GpuEvent& event) {
+  if (finished_ || !gpu_ || !error_.empty() || !begin_batch()) return;
+  Result<size_t> rows = gpu_->insert(event);
+  if (!rows) {
+    fail(Error{rows.error().message + " into " + path_});
+    return;
+  }
+  end_batch_rows(*rows);
+}
+
 Result<void> SqliteWriter::finish(const Session& session) {
   if (finished_) return Error{"SQLite database " + path_ + " was already finished"};
   finished_ = true;
@@ -464,6 +610,16 @@ Result<void> SqliteWriter::finish(const Session& session) {
   if (Result<void> r = write_session(session); !r.ok()) {
     fail(Error{"writing session tables: " + r.error().message});
     (void)exec("ROLLBACK");  // may fail when nothing is open; nothing else to do then
+  }
+  if (gpu_) {
+    Result<void> r = exec("BEGIN");
+    if (r.ok()) r = gpu_->write_devices(session);
+    if (r.ok()) r = exec("COMMIT");
+    if (!r.ok()) {
+      fail(Error{"writing gpu_devices: " + r.error().message});
+      (void)exec("ROLLBACK");
+    }
+    gpu_.reset();
   }
   if (Result<void> r = exec(kIndexes); !r.ok()) {
     fail(Error{"creating indexes: " + r.error().message});

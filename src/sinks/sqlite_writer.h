@@ -20,6 +20,7 @@
 
 #include "common/result.h"
 #include "sinks/sink.h"
+#include "sinks/sqlite_gpu.h"
 
 struct sqlite3;
 struct sqlite3_stmt;
@@ -38,6 +39,9 @@ class SqliteWriter : public Sink {
 
   // Never fails loudly: the first error is remembered and returned by finish().
   void on_call(const CallRecord& call) override;
+  // gpu_samples, gpu_process_samples and gpu_events rows, in the same batches as calls.
+  void on_gpu_sample(const GpuSample& sample) override;
+  void on_gpu_event(const GpuEvent& event) override;
   Result<void> finish(const Session& session) override;
 
   // Bumped whenever a table or column changes meaning; stored in meta.
@@ -51,7 +55,10 @@ class SqliteWriter : public Sink {
   Result<void> exec(const char* sql);
   Result<void> prepare(const char* sql, sqlite3_stmt** stmt);
   Result<void> commit_batch();
+  bool begin_batch();                // opens the batch's transaction if none is open
+  void end_batch_rows(size_t rows);  // counts rows; commits a full or old batch
   Result<void> write_session(const Session& session);
+  Result<void> write_os_events(const Session& session);
   Error sqlite_error(const std::string& what) const;
   void fail(Error error);
 
@@ -59,6 +66,7 @@ class SqliteWriter : public Sink {
   sqlite3* db_ = nullptr;
   sqlite3_stmt* insert_call_ = nullptr;
   sqlite3_stmt* insert_collective_ = nullptr;
+  std::unique_ptr<SqliteGpuTables> gpu_;  // statements on db_: reset before closing it
   bool in_transaction_ = false;
   bool finished_ = false;
   size_t batch_rows_ = 0;

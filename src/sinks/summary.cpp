@@ -7,6 +7,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "gpu/gpu_report.h"
+
 namespace eacgm {
 namespace {
 
@@ -40,6 +42,57 @@ std::string human_ns(uint64_t ns) {
   return fmt::format("{:.2f} s", ns / 1e9);
 }
 
+// The os layer's lines: signals, OOM kills, MAP_POPULATE, large mappings, ioctls.
+template <typename Line>
+void os_report(const Session& s, Line& line) {
+  const OsActivity& os = s.os;
+  auto who = [&s](uint32_t pid) {
+    const ProcessInfo* p = s.find_process(pid);
+    return p && !p->comm.empty() ? fmt::format("pid {} ({})", pid, p->comm)
+                                 : fmt::format("pid {}", pid);
+  };
+  auto since = [&s](uint64_t ns) { return ns > s.start_ns ? (ns - s.start_ns) / 1e9 : 0.0; };
+  line(fmt::format("\n[os] {} signals, {} OOM kills, mmap of {} processes, ioctls on {}",
+                   os.signals.size(), os.oom_kills.size(), os.mmap.size(),
+                   os.ioctl_pattern.empty() ? "-" : os.ioctl_pattern));
+  for (const SignalEvent& e : os.signals) {
+    line(fmt::format("  {:>7.2f} s  {} to {}{}", since(e.ts_ns), signal_name(e.sig), who(e.pid),
+                     e.sent_by_process()
+                         ? fmt::format(" from pid {} ({})", e.sender_pid, e.sender_comm)
+                         : " from the kernel"));
+  }
+  for (const OomKillEvent& e : os.oom_kills) {
+    line(fmt::format("  {:>7.2f} s  OOM kill of {}: anon-rss {}, total-vm {}, cgroup {}",
+                     since(e.ts_ns), who(e.pid), human_bytes(e.anon_rss_bytes),
+                     human_bytes(e.total_vm_bytes), e.cgroup));
+  }
+  for (const auto& [pid, st] : os.mmap) {
+    std::string text = fmt::format("  mmap {}: {} mmap, {} munmap, {} mapped", who(pid), st.mmaps,
+                                   st.munmaps, human_bytes(st.bytes_mapped));
+    if (st.populate.count > 0) {
+      text += fmt::format("; MAP_POPULATE {} ({}), peak {}/s", st.populate.count,
+                          human_bytes(st.populate.bytes), st.populate.peak_per_s);
+    }
+    if (!st.large_anonymous.empty()) {
+      uint64_t bytes = 0;
+      for (const auto& [addr, m] : st.large_anonymous) bytes += m.len;
+      text += fmt::format("; {} large anonymous mappings never unmapped ({}{})",
+                          st.large_anonymous.size(), human_bytes(bytes),
+                          st.exited ? ", until exit" : "");
+    }
+    line(text);
+  }
+  for (const auto& [pid, by_dev] : os.ioctl) {
+    for (const auto& [rdev, st] : by_dev) {
+      auto dev = os.devices.find(rdev);
+      line(fmt::format("  ioctl {} on {}: {} calls, {} errors, mean {}, max {}, {} over {}",
+                       who(pid), dev != os.devices.end() ? dev->second : device_number(rdev),
+                       st.count, st.errors, human_ns(st.count ? st.total_ns / st.count : 0),
+                       human_ns(st.max_ns), st.slow, human_ns(os.slow_ioctl_ns)));
+    }
+  }
+}
+
 }  // namespace
 
 nlohmann::json summary_json(const Session& s) {
@@ -65,10 +118,14 @@ nlohmann::json summary_json(const Session& s) {
       proc["exit"] = {{"code", p.exit->code ? json(*p.exit->code) : json(nullptr)},
                       {"signal", p.exit->signal ? json(*p.exit->signal) : json(nullptr)},
                       {"core_dumped", p.exit->core_dumped},
-                      {"cause", p.exit->cause}};
+                      {"cause", p.exit->cause},
+                      {"sender", p.exit->sender ? json{{"pid", p.exit->sender->pid},
+                                                       {"comm", p.exit->sender->comm}}
+                                                : json(nullptr)}};
     } else {
       proc["exit"] = nullptr;  // still running when the session ended
     }
+    if (!p.flight_recorder.empty()) proc["flight_recorder"] = p.flight_recorder;
     processes.push_back(std::move(proc));
   }
   out["processes"] = std::move(processes);
@@ -77,7 +134,9 @@ nlohmann::json summary_json(const Session& s) {
   for (const auto& [layer, state] : s.layers) {
     json l = {{"status", layer_status_name(state.status)}};
     if (!state.reason.empty()) l["reason"] = state.reason;
-    if (state.status == LayerStatus::kActive) {
+    if (state.status == LayerStatus::kActive && (layer == Layer::kOs || layer == Layer::kGpu)) {
+      for (const auto& [key, value] : state.extra.items()) l[key] = value;  // no call table
+    } else if (state.status == LayerStatus::kActive) {
       l["libraries"] = state.libraries;
       json calls = json::object();
       for (const auto& [name, st] : state.calls) {
@@ -158,6 +217,14 @@ std::string text_report(const Session& s) {
                        state.reason.empty() ? "" : ": " + state.reason));
       continue;
     }
+    if (layer == Layer::kOs) {
+      os_report(s, line);
+      continue;
+    }
+    if (layer == Layer::kGpu) {
+      for (const std::string& text : gpu_report_lines(s)) line(text);
+      continue;
+    }
     line(fmt::format("\n[{}] {} {} traced", layer_name(layer), state.libraries.size(),
                      state.libraries.size() == 1 ? "library" : "libraries"));
     if (state.calls.empty()) {
@@ -193,9 +260,10 @@ std::string text_report(const Session& s) {
   }
   line("\nprocesses:");
   for (const auto& [pid, p] : s.processes) {
-    line(fmt::format("  pid {:<8} {:<16}{} {}", pid, p.comm,
+    line(fmt::format("  pid {:<8} {:<16}{} {}{}", pid, p.comm,
                      p.rank ? fmt::format(" rank {}", *p.rank) : "",
-                     p.exit ? p.exit->cause : "still running"));
+                     p.exit ? p.exit->cause : "still running",
+                     p.flight_recorder.empty() ? "" : " (last events: " + p.flight_recorder + ")"));
   }
   return out;
 }

@@ -72,8 +72,11 @@ TEST(Summary, FollowsTheContract) {
   ProcessInfo& p = s.process(42);
   p.comm = "python";
   p.rank = 1;
-  p.exit = ProcessExit{
-      .code = 0, .signal = std::nullopt, .core_dumped = false, .cause = "exited normally"};
+  p.exit = ProcessExit{.code = 0,
+                       .signal = std::nullopt,
+                       .core_dumped = false,
+                       .cause = "exited normally",
+                       .sender = std::nullopt};
   s.layers[Layer::kCuda].status = LayerStatus::kActive;
   s.add_call(call("cudaMalloc", 42, 100, 0x1, 64, 0xA0));
   s.add_call(call("cudaMalloc", 42, 300, 0x1, 64, 0, 2));

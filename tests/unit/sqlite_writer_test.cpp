@@ -160,7 +160,8 @@ struct Fixture {
     a.exit = ProcessExit{.code = std::nullopt,
                          .signal = 9,
                          .core_dumped = false,
-                         .cause = "killed by SIGKILL (OOM killer)"};
+                         .cause = "killed by SIGKILL (OOM killer)",
+                         .sender = std::nullopt};
     a.threads = {{100, "python"}, {101, "pt_worker"}};
     ProcessInfo& b = session.process(200);
     b.comm = "torchrun";
