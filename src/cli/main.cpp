@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -12,6 +13,7 @@
 
 #include "agent/trace_session.h"
 #include "cli/doctor.h"
+#include "cli/gmm_command.h"
 
 namespace {
 
@@ -77,6 +79,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   std::string doctor_nvml;
+  std::function<int()> run_gmm;
+  eacgm::add_gmm_command(app, run_gmm);
+
   CLI::App* doctor = app.add_subcommand("doctor", "check whether this machine can trace, and what");
   doctor->add_option("--nvml-lib", doctor_nvml,
                      "NVML library to check (default: libnvidia-ml.so.1 on the search path)");
@@ -124,6 +129,7 @@ int main(int argc, char** argv) {
   }
 
   std::string error;
+  if (run_gmm) return run_gmm();
   if (app.got_subcommand("doctor")) return eacgm::run_doctor(doctor_nvml);
   if (app.got_subcommand("record")) {
     for (const std::string& extra : record->remaining()) command.push_back(extra);
