@@ -40,6 +40,13 @@ double bus_factor(std::string_view name, int n) {
 
 std::string hex16(uint64_t a, uint64_t b) { return fmt::format("{:016x}{:016x}", a, b); }
 
+// A communicator created before eacgm attached, assumed from RANK and
+// WORLD_SIZE. Its sequence numbers start wherever each rank was when we
+// attached, so they need not line up across ranks (a rank blocked inside
+// collective n is first seen entering n+1): cross-rank verdicts on it could
+// name the wrong rank, and are not made.
+constexpr std::string_view kAssumedWorld = "world";
+
 }  // namespace
 
 CollectiveTracker::Comm* CollectiveTracker::comm_of(const CallRecord& call,
@@ -50,7 +57,10 @@ CollectiveTracker::Comm* CollectiveTracker::comm_of(const CallRecord& call,
   // A communicator created before we attached: if the launcher told the
   // process its rank and world size, assume the one world communicator.
   if (process && process->rank && process->world_size) {
-    Comm comm{.id = "world", .rank = *process->rank, .nranks = *process->world_size, .next_seq = 0};
+    Comm comm{.id = std::string(kAssumedWorld),
+              .rank = *process->rank,
+              .nranks = *process->world_size,
+              .next_seq = 0};
     return &comms_.emplace(CommKey{call.pid, handle}, comm).first->second;
   }
   return nullptr;
@@ -205,7 +215,7 @@ std::vector<Anomaly> CollectiveTracker::check(uint64_t now_ns) {
   std::vector<Anomaly> found;
   for (const auto& [key, pending] : pending_) {
     const auto& [comm_id, seq] = key;
-    if (hang_reported_.contains(comm_id)) continue;
+    if (hang_reported_.contains(comm_id) || comm_id == kAssumedWorld) continue;
     if (now_ns < pending.first_ns + options_.hang_timeout_ns) continue;
     std::vector<int> arrived, missing;
     for (int r = 0; r < pending.nranks; ++r) {
@@ -249,7 +259,7 @@ std::vector<Anomaly> CollectiveTracker::check(uint64_t now_ns) {
   std::set<std::string> comm_ids;
   for (const auto& [key, stats] : ranks_) comm_ids.insert(key.first);
   for (const std::string& id : comm_ids) {
-    if (straggler_reported_.contains(id)) continue;
+    if (straggler_reported_.contains(id) || id == kAssumedWorld) continue;
     if (auto a = straggler_in(id)) {
       straggler_reported_.insert(id);
       found.push_back(std::move(*a));

@@ -150,6 +150,33 @@ TEST(Collectives, HangNamesTheMissingRankAfterTheTimeout) {
   EXPECT_TRUE(job.tracker().check(t + 9'000 * kMs).empty());  // reported once
 }
 
+TEST(Collectives, NoVerdictOnACommunicatorAssumedAfterAttach) {
+  // Attached mid-run: no ncclCommInitRank seen; ranks come from the
+  // environment and their sequence numbers need not line up.
+  CollectiveTracker tracker({});
+  std::vector<ProcessInfo> procs(2);
+  for (int r = 0; r < 2; ++r) {
+    procs[r].pid = Job::pid(r);
+    procs[r].rank = r;
+    procs[r].world_size = 2;
+  }
+  for (int step = 0; step < 40; ++step) {
+    for (int r = 0; r < 2; ++r) {
+      CallRecord c;
+      c.pid = Job::pid(r);
+      c.tid = c.pid;
+      c.spec = &row("ncclAllReduce");
+      c.start_ns = step * 100 * kMs + (r == 1 ? 30 * kMs : 0);
+      c.raw.args[kR9] = 0x77;
+      c.finished = false;
+      auto ref = tracker.on_begin(c, &procs[r]);
+      ASSERT_TRUE(ref);
+      EXPECT_EQ(ref->comm_id, "world");
+    }
+  }
+  EXPECT_TRUE(tracker.check(100'000 * kMs).empty());
+}
+
 TEST(Collectives, BytesAndBusBandwidthPerRank) {
   Job job(2);
   job.enter(0, 0);
