@@ -49,9 +49,10 @@ std::vector<Anomaly> LeakDetector::check(uint64_t session_start_ns) {
     for (const auto& v : floors) {
       if (v) f.push_back(*v);
     }
-    // A job that ends frees its working set: a last segment that falls is
-    // its teardown, not evidence against a leak before it.
-    if (f.size() >= 2 && f.back() < f[f.size() - 2]) f.pop_back();
+    // A job that ends frees its working set: trailing segments that fall are
+    // its teardown (which may span several segments on a busy machine), not
+    // evidence against a leak before it.
+    while (f.size() >= 2 && f.back() < f[f.size() - 2]) f.pop_back();
     if (f.size() < 5) continue;
     int rises = 0, falls = 0;
     for (size_t i = 1; i < f.size(); ++i) {
