@@ -83,9 +83,15 @@ static __always_inline void eacgm_count_drop(void) {
   if (n) __sync_fetch_and_add(n, 1);
 }
 
-static __always_inline struct eacgm_call_stack* eacgm_thread_stack(__u32 tid) {
+/* The calling thread's call stack. Stacks exist only for threads of targets
+ * (created on their first traced call, removed when the thread exits), so a
+ * thread that has one needs no `targets` lookup: one hash lookup per probe in
+ * the steady state instead of two. */
+static __always_inline struct eacgm_call_stack* eacgm_thread_stack(__u64 id) {
+  __u32 tid = (__u32)id;
   struct eacgm_call_stack* st = bpf_map_lookup_elem(&call_stacks, &tid);
   if (st) return st;
+  if (!eacgm_is_target(id >> 32)) return 0;
   __u32 zero = 0;
   struct eacgm_call_stack* empty = bpf_map_lookup_elem(&empty_stack, &zero);
   if (!empty) return 0;
@@ -93,15 +99,26 @@ static __always_inline struct eacgm_call_stack* eacgm_thread_stack(__u32 tid) {
   return bpf_map_lookup_elem(&call_stacks, &tid);
 }
 
+/* Submits a call event, waking the reader only when the unread data crosses
+ * EACGM_RING_WAKEUP_BYTES (see events.h). Racing CPUs may both miss the
+ * crossing; the reader's poll timeout covers that. */
+static __always_inline void eacgm_submit_call(struct eacgm_call* e) {
+  __u64 unread = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA); /* includes this event */
+  __u64 space = sizeof(*e) + 8; /* the record and its ring buffer header */
+  __u64 flags = unread >= EACGM_RING_WAKEUP_BYTES && unread - space < EACGM_RING_WAKEUP_BYTES
+                    ? BPF_RB_FORCE_WAKEUP
+                    : BPF_RB_NO_WAKEUP;
+  bpf_ringbuf_submit(e, flags);
+}
+
 /* Function entry: remember the start time and the argument words. The cookie
- * is the row of the layer's probe table. Rows flagged in `emit_entry` also
- * announce the start at once: a call that never returns (a hung collective)
- * must still be seen. */
+ * is the row of the layer's probe table; the row's flags say whether the
+ * stack words are needed and whether the start is announced at once (a call
+ * that never returns, like a hung collective, must still be seen). */
 static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
-                                            const volatile __u8* emit_entry) {
+                                            const volatile __u8* row_flags) {
   __u64 id = bpf_get_current_pid_tgid();
-  if (!eacgm_is_target(id >> 32)) return 0;
-  struct eacgm_call_stack* st = eacgm_thread_stack((__u32)id);
+  struct eacgm_call_stack* st = eacgm_thread_stack(id);
   if (!st) return 0;
   __u32 d = st->depth;
   st->depth = d + 1;
@@ -115,14 +132,17 @@ static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
   f->args[3] = PT_REGS_PARM4(ctx);
   f->args[4] = PT_REGS_PARM5(ctx);
   f->args[5] = ctx->r9; /* libbpf 1.1 has no PT_REGS_PARM6 */
+  __u8 flags = row_flags[f->func_id & (EACGM_MAX_FUNCS - 1)];
   /* At entry the stack pointer holds the return address; the 7th and 8th
-   * integer arguments follow it. */
-  if (bpf_probe_read_user(&f->args[6], 2 * sizeof(__u64), (void*)(PT_REGS_SP(ctx) + 8)) != 0) {
+   * integer arguments follow it. Reading them is the dearest step of this
+   * handler, so only rows that use them pay for it. */
+  if (!(flags & EACGM_ROW_STACK_ARGS) ||
+      bpf_probe_read_user(&f->args[6], 2 * sizeof(__u64), (void*)(PT_REGS_SP(ctx) + 8)) != 0) {
     f->args[6] = 0;
     f->args[7] = 0;
   }
   f->start_ns = bpf_ktime_get_ns();
-  if (!emit_entry[f->func_id & (EACGM_MAX_FUNCS - 1)]) return 0;
+  if (!(flags & EACGM_ROW_EMIT_ENTRY)) return 0;
   struct eacgm_call* e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
   if (!e) {
     eacgm_count_drop();
@@ -140,17 +160,17 @@ static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
   e->ret = 0;
   e->func_id = f->func_id;
   e->depth = d;
-  bpf_ringbuf_submit(e, 0);
+  eacgm_submit_call(e);
   return 0;
 }
 
 /* Function return: pop the frame, read the out-pointer if the table asks
- * for it, and emit one event for the finished call. */
+ * for it, and emit one event for the finished call. A thread without a call
+ * stack is not a target (see eacgm_thread_stack). */
 static __always_inline int eacgm_call_return(struct pt_regs* ctx, __u32 layer,
                                              const volatile __u8* out_slot) {
   __u64 now = bpf_ktime_get_ns();
   __u64 id = bpf_get_current_pid_tgid();
-  if (!eacgm_is_target(id >> 32)) return 0;
   __u32 tid = (__u32)id;
   struct eacgm_call_stack* st = bpf_map_lookup_elem(&call_stacks, &tid);
   if (!st || st->depth == 0) return 0; /* entered before we attached */
@@ -183,20 +203,20 @@ static __always_inline int eacgm_call_return(struct pt_regs* ctx, __u32 layer,
   e->ret = (__s64)PT_REGS_RC(ctx);
   e->func_id = func_id;
   e->depth = d;
-  bpf_ringbuf_submit(e, 0);
+  eacgm_submit_call(e);
   return 0;
 }
 
 /* The whole BPF side of a layer traced through a probe table: per table row
  * (set by user space between open and load) which argument word is a pointer
- * whose pointee is read at return (0xff: none) and whether the call's start
- * is announced on its own; one generic entry and one generic return program,
- * the attach cookie saying which row fired. */
+ * whose pointee is read at return (0xff: none) and the row's EACGM_ROW_*
+ * flags; one generic entry and one generic return program, the attach cookie
+ * saying which row fired. */
 #define EACGM_TABLE_LAYER(layer_id)                                                    \
   const volatile __u8 out_slot[EACGM_MAX_FUNCS];                                       \
-  const volatile __u8 emit_entry[EACGM_MAX_FUNCS];                                     \
+  const volatile __u8 row_flags[EACGM_MAX_FUNCS];                                      \
   SEC("uprobe")                                                                        \
-  int BPF_KPROBE(call_entry) { return eacgm_call_entry(ctx, layer_id, emit_entry); }   \
+  int BPF_KPROBE(call_entry) { return eacgm_call_entry(ctx, layer_id, row_flags); }    \
   SEC("uretprobe")                                                                     \
   int BPF_KRETPROBE(call_return) { return eacgm_call_return(ctx, layer_id, out_slot); }
 

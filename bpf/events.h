@@ -25,6 +25,15 @@
 #define EACGM_MAX_DEPTH 16
 /* Upper bound on probe table rows per layer (cookie values). */
 #define EACGM_MAX_FUNCS 4096
+/* Per-row flags of a probe table (rodata `row_flags`, set by user space). */
+#define EACGM_ROW_EMIT_ENTRY 0x1 /* announce the call's start: it may never return */
+#define EACGM_ROW_STACK_ARGS 0x2 /* capture the two stack words (7th/8th integer args) */
+/* Call events are submitted without waking the reader, which polls on a
+ * timer; only the event that makes the unread data cross this many bytes
+ * wakes it, so a burst is drained before the ring buffer fills. Waking the
+ * reader per event costs more than everything else a probe does (see
+ * docs/PERFORMANCE.md). */
+#define EACGM_RING_WAKEUP_BYTES (1024 * 1024)
 /* Maximum number of CPUs whose drop counters are reported. */
 #define EACGM_MAX_CPUS 1024
 

@@ -417,6 +417,20 @@ std::span<const ProbeSpec> probe_table(Layer layer) {
   }
 }
 
+uint8_t bpf_row_flags(const ProbeSpec& spec) {
+  const auto on_stack = [](Slot slot) { return slot == kStack0 || slot == kStack1; };
+  // A communicator's 128-byte ncclUniqueId is passed in memory: its first 16
+  // bytes, the two stack words, name the communicator across processes.
+  bool stack = spec.role == CallRole::kCommInit || on_stack(spec.bytes_slot) || on_stack(spec.dtype_slot) ||
+               on_stack(spec.out_slot) || on_stack(spec.memory_ptr_slot) ||
+               on_stack(spec.comm_slot) || on_stack(spec.rank_slot) || on_stack(spec.nranks_slot);
+  for (const ArgSpec& arg : spec.args) {
+    // A dim3's z is in the slot after its own: r9's is the first stack word.
+    stack |= on_stack(arg.slot) || (arg.format == ArgFormat::kDim3 && arg.slot == kR9);
+  }
+  return (spec.emit_entry ? EACGM_ROW_EMIT_ENTRY : 0) | (stack ? EACGM_ROW_STACK_ARGS : 0);
+}
+
 std::vector<DecodedArg> decode_args(const ProbeSpec& spec, const RawCall& call) {
   std::vector<DecodedArg> out;
   out.reserve(spec.args.size());

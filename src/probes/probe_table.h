@@ -81,6 +81,10 @@ struct ProbeSpec {
 // The rows of one layer; a row's index is its attach cookie and func_id.
 std::span<const ProbeSpec> probe_table(Layer layer);
 
+// The row's EACGM_ROW_* flags for the BPF side (bpf/events.h): whether its
+// start is announced and whether any slot it reads is on the stack.
+uint8_t bpf_row_flags(const ProbeSpec& spec);
+
 // A decoded argument, ready to be shown or stored.
 struct DecodedArg {
   std::string_view name;

@@ -126,11 +126,11 @@ Result<LayerPrograms> load_layer(Layer layer, Skel* (*open)(const bpf_object_ope
   std::span<const ProbeSpec> table = probe_table(layer);
   for (size_t i = 0; i < EACGM_MAX_FUNCS; ++i) {
     skel->rodata->out_slot[i] = kNoSlot;
-    skel->rodata->emit_entry[i] = 0;
+    skel->rodata->row_flags[i] = 0;
   }
   for (size_t i = 0; i < table.size(); ++i) {
     skel->rodata->out_slot[i] = table[i].out_slot;
-    skel->rodata->emit_entry[i] = table[i].emit_entry ? 1 : 0;
+    skel->rodata->row_flags[i] = bpf_row_flags(table[i]);
   }
   if (multi) {
     const auto type = static_cast<bpf_attach_type>(kBpfTraceUprobeMulti);

@@ -151,5 +151,38 @@ TEST(ProbeTable, NamesAndErrors) {
   }
 }
 
+// The BPF side reads the two stack words only for rows that use them (the
+// read is the dearest step of a probe); a row that needs them and does not
+// get them would decode zeros.
+TEST(ProbeTable, StackWordsAreReadOnlyForRowsThatUseThem) {
+  const auto row = [](Layer layer, std::string_view symbol) -> const ProbeSpec& {
+    for (const ProbeSpec& spec : probe_table(layer)) {
+      if (spec.symbol == symbol) return spec;
+    }
+    ADD_FAILURE() << symbol << " not in its table";
+    return probe_table(layer).front();
+  };
+  EXPECT_EQ(bpf_row_flags(row(Layer::kCuda, "cudaLaunchKernel")), EACGM_ROW_STACK_ARGS);
+  EXPECT_EQ(bpf_row_flags(row(Layer::kCuda, "cudaMalloc")), 0);
+  EXPECT_EQ(bpf_row_flags(row(Layer::kCuda, "cudaStreamSynchronize")), 0);
+  EXPECT_EQ(bpf_row_flags(row(Layer::kCuda, "cudaMemcpyAsync")), 0);  // 5 register args
+  // ncclAllReduce's stream is its 7th argument; collectives announce their start.
+  EXPECT_EQ(bpf_row_flags(row(Layer::kNccl, "ncclAllReduce")),
+            EACGM_ROW_STACK_ARGS | EACGM_ROW_EMIT_ENTRY);
+  EXPECT_EQ(bpf_row_flags(row(Layer::kNccl, "ncclGroupStart")), 0);
+  // The communicator's id is passed in memory (collectives.cpp names it by those words).
+  EXPECT_EQ(bpf_row_flags(row(Layer::kNccl, "ncclCommInitRank")), EACGM_ROW_STACK_ARGS);
+  // Every row that declares a stack slot gets the flag.
+  for (Layer layer : {Layer::kCuda, Layer::kNccl}) {
+    for (const ProbeSpec& spec : probe_table(layer)) {
+      for (const ArgSpec& arg : spec.args) {
+        if (arg.slot == kStack0 || arg.slot == kStack1) {
+          EXPECT_TRUE(bpf_row_flags(spec) & EACGM_ROW_STACK_ARGS) << spec.symbol;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace eacgm
