@@ -41,7 +41,11 @@ const ProcessInfo* Session::find_process(uint32_t pid) const {
 
 void Session::add_call(const CallRecord& call) {
   LayerState& layer = layers[call.layer()];
-  CallStats& stats = layer.calls[std::string(call.name())];
+  // Found without building a string: this runs for every recorded call.
+  auto it = layer.calls.find(call.name());
+  if (it == layer.calls.end())
+    it = layer.calls.emplace(std::string(call.name()), CallStats{}).first;
+  CallStats& stats = it->second;
   ++stats.count;
   stats.total_ns += call.duration_ns;
   stats.durations_ns.push_back(call.duration_ns);

@@ -102,7 +102,7 @@ struct LayerState {
   LayerStatus status = LayerStatus::kDisabled;
   std::string reason;                      // why unavailable or disabled
   std::vector<std::string> libraries;      // files whose functions are probed
-  std::map<std::string, CallStats> calls;  // by symbol name
+  std::map<std::string, CallStats, std::less<>> calls;  // by symbol name
   nlohmann::json extra = nlohmann::json::object();  // layer-specific figures (nccl: ranks)
 };
 
