@@ -41,11 +41,14 @@ double bus_factor(std::string_view name, int n) {
 std::string hex16(uint64_t a, uint64_t b) { return fmt::format("{:016x}{:016x}", a, b); }
 
 // A communicator created before eacgm attached, assumed from RANK and
-// WORLD_SIZE. Its sequence numbers start wherever each rank was when we
-// attached, so they need not line up across ranks (a rank blocked inside
-// collective n is first seen entering n+1): cross-rank verdicts on it could
-// name the wrong rank, and are not made.
+// WORLD_SIZE; its ranks are aligned on time (see collectives.h).
 constexpr std::string_view kAssumedWorld = "world";
+// Per rank, at most this many ends and arrivals wait for the alignment.
+constexpr size_t kMaxUnaligned = 4096;
+// Consecutive collectives that must all overlap under a rank's offset.
+constexpr size_t kAlignWindow = 16;
+// Offsets tried on either side of the one the nearest end suggests.
+constexpr size_t kAlignSlack = 2;
 
 }  // namespace
 
@@ -60,7 +63,8 @@ CollectiveTracker::Comm* CollectiveTracker::comm_of(const CallRecord& call,
     Comm comm{.id = std::string(kAssumedWorld),
               .rank = *process->rank,
               .nranks = *process->world_size,
-              .next_seq = 0};
+              .next_seq = 0,
+              .assumed = true};
     return &comms_.emplace(CommKey{call.pid, handle}, comm).first->second;
   }
   return nullptr;
@@ -71,24 +75,116 @@ std::optional<CollectiveRef> CollectiveTracker::on_begin(const CallRecord& call,
   if (call.spec->role != CallRole::kCollective) return std::nullopt;
   Comm* comm = comm_of(call, process);
   if (!comm) return std::nullopt;
-  const uint64_t seq = ++comm->next_seq;
-  Pending& pending = pending_[{comm->id, seq}];
+  const uint64_t local = ++comm->next_seq;
+  uint64_t seq = local;
+  if (comm->assumed) {
+    WorldRank& w = world_[comm->rank];
+    if (!world_aligned_) {
+      w.pid = call.pid;
+      w.nranks = comm->nranks;
+      if (w.begins.size() < kMaxUnaligned) {
+        w.begins.push_back({local, call.start_ns, std::string(call.name())});
+      }
+      return std::nullopt;
+    }
+    if (!w.offset || static_cast<int64_t>(local) + *w.offset < 1) return std::nullopt;
+    seq = static_cast<uint64_t>(static_cast<int64_t>(local) + *w.offset);
+  }
+  arrive(comm->id, comm->rank, comm->nranks, seq, call.start_ns, call.pid, call.name());
+  return CollectiveRef{comm->id, seq, comm->rank, comm->nranks};
+}
+
+void CollectiveTracker::arrive(const std::string& comm_id, int rank, int nranks, uint64_t seq,
+                               uint64_t ts_ns, uint32_t pid, std::string_view name) {
+  Pending& pending = pending_[{comm_id, seq}];
   if (pending.arrivals.empty()) {
-    pending.name = std::string(call.name());
-    pending.nranks = comm->nranks;
-    pending.first_ns = call.start_ns;
+    pending.name = std::string(name);
+    pending.nranks = nranks;
+    pending.first_ns = ts_ns;
   }
-  pending.first_ns = std::min(pending.first_ns, call.start_ns);
-  pending.arrivals[comm->rank] = Arrival{call.start_ns, call.pid};
-  RankStats& stats = ranks_[{comm->id, comm->rank}];
-  stats.pid = call.pid;
-  stats.comm_id = comm->id;
-  const CollectiveRef ref{comm->id, seq, comm->rank, comm->nranks};
+  pending.first_ns = std::min(pending.first_ns, ts_ns);
+  pending.arrivals[rank] = Arrival{ts_ns, pid};
+  RankStats& stats = ranks_[{comm_id, rank}];
+  stats.pid = pid;
+  stats.comm_id = comm_id;
   if (static_cast<int>(pending.arrivals.size()) == pending.nranks) {
-    settle(comm->id, seq, pending);
-    pending_.erase({comm->id, seq});
+    settle(comm_id, seq, pending);
+    pending_.erase({comm_id, seq});
   }
-  return ref;
+}
+
+void CollectiveTracker::align_world() {
+  if (world_aligned_ || world_.empty()) return;
+  const int nranks = world_.begin()->second.nranks;
+  if (nranks < 2 || static_cast<int>(world_.size()) < nranks) return;
+  // The reference: the rank whose first seen collective ended last. Every
+  // other rank has finished that collective too, and has seen it.
+  int ref = -1;
+  for (const auto& [rank, w] : world_) {
+    if (w.ends.empty()) return;
+    if (ref < 0 || w.ends.front().end_ns > world_[ref].ends.front().end_ns) ref = rank;
+  }
+  const std::vector<WorldRank::Span>& anchor = world_[ref].ends;
+  if (anchor.size() < kAlignWindow) return;
+  const auto overlap = [](const WorldRank::Span& a, const WorldRank::Span& b) {
+    return a.start_ns <= b.end_ns && b.start_ns <= a.end_ns;
+  };
+  std::map<int, size_t> first;  // per rank: its call of the reference's first collective
+  for (const auto& [rank, w] : world_) {
+    if (rank == ref) {
+      first[rank] = 0;
+      continue;
+    }
+    const uint64_t t = anchor.front().end_ns;
+    const auto gap = [t](const WorldRank::Span& s) {
+      return s.end_ns > t ? s.end_ns - t : t - s.end_ns;
+    };
+    size_t nearest = 0;
+    for (size_t j = 1; j < w.ends.size(); ++j) {
+      if (gap(w.ends[j]) < gap(w.ends[nearest])) nearest = j;
+    }
+    // Wait for a full window after every candidate.
+    if (w.ends.size() < nearest + kAlignSlack + kAlignWindow) return;
+    size_t best = nearest, best_score = 0;
+    const size_t lo = nearest > kAlignSlack ? nearest - kAlignSlack : 0;
+    for (size_t d = lo; d <= nearest + kAlignSlack; ++d) {
+      size_t score = 0;
+      for (size_t k = 0; k < kAlignWindow; ++k) score += overlap(w.ends[d + k], anchor[k]) ? 1 : 0;
+      const auto distance = [nearest](size_t x) { return x > nearest ? x - nearest : nearest - x; };
+      if (score > best_score || (score == best_score && distance(d) < distance(best))) {
+        best = d;
+        best_score = score;
+      }
+    }
+    first[rank] = best;
+  }
+  for (auto& [rank, w] : world_) {
+    // The reference's first collective is this rank's (first + 1)-th seen: sequence 1.
+    w.offset = -static_cast<int64_t>(first[rank]);
+  }
+  world_aligned_ = true;
+  const std::string id(kAssumedWorld);
+  for (auto& [rank, w] : world_) {
+    for (const WorldRank::Begin& b : w.begins) {
+      const int64_t seq = static_cast<int64_t>(b.local) + *w.offset;
+      if (seq >= 1) arrive(id, rank, w.nranks, static_cast<uint64_t>(seq), b.ts_ns, w.pid, b.name);
+    }
+    const int64_t completed = static_cast<int64_t>(w.ends.size()) + *w.offset;
+    if (completed >= 1) {
+      RankStats& stats = ranks_[{id, rank}];
+      stats.pid = w.pid;
+      stats.comm_id = id;
+      std::string name;
+      for (const WorldRank::Begin& b : w.begins) {
+        if (static_cast<int64_t>(b.local) + *w.offset == completed) name = b.name;
+      }
+      stats.last_completed = {static_cast<uint64_t>(completed), name};
+    }
+    w.begins.clear();
+    w.begins.shrink_to_fit();
+    w.ends.clear();
+    w.ends.shrink_to_fit();
+  }
 }
 
 void CollectiveTracker::settle(const std::string& comm_id, uint64_t seq, Pending& pending) {
@@ -146,13 +242,33 @@ std::optional<CollectiveRef> CollectiveTracker::on_end(const CallRecord& call,
     (void)process;
     return std::nullopt;
   }
-  const Comm& comm = it->second;
+  Comm& comm = it->second;
+  std::optional<uint64_t> aligned;
+  if (comm.assumed) {
+    const uint64_t local = ++comm.local_ends;
+    WorldRank& w = world_[comm.rank];
+    if (!world_aligned_) {
+      w.pid = call.pid;
+      w.nranks = comm.nranks;
+      if (w.ends.size() < kMaxUnaligned) {
+        w.ends.push_back({call.start_ns, call.start_ns + call.duration_ns});
+      }
+      align_world();
+    }
+    // Ends before the anchor, or before the alignment is known, are not
+    // numbered: a wrong number would link different collectives.
+    if (!world_aligned_ || !w.offset || static_cast<int64_t>(local) + *w.offset < 1) {
+      return std::nullopt;
+    }
+    aligned = static_cast<uint64_t>(static_cast<int64_t>(local) + *w.offset);
+  }
   RankStats& stats = ranks_[{comm.id, comm.rank}];
   stats.pid = call.pid;
   stats.comm_id = comm.id;
   // Collectives complete in the order they were issued on a communicator;
   // the completed one is the oldest not yet completed.
-  const uint64_t seq = stats.last_completed ? stats.last_completed->first + 1 : 1;
+  const uint64_t seq =
+      aligned ? *aligned : (stats.last_completed ? stats.last_completed->first + 1 : 1);
   stats.last_completed = {seq, std::string(call.name())};
   if (!call.failed()) {
     stats.busy_ns += call.duration_ns;
@@ -182,7 +298,8 @@ std::optional<Anomaly> CollectiveTracker::straggler_in(const std::string& comm_i
     }
     const int64_t typical = median_of(others);
     if (lateness < static_cast<int64_t>(options_.straggler_min_lateness_ns) ||
-        static_cast<double>(lateness) < options_.straggler_min_ratio * static_cast<double>(typical)) {
+        static_cast<double>(lateness) <
+            options_.straggler_min_ratio * static_cast<double>(typical)) {
       continue;
     }
     Anomaly a;
@@ -204,7 +321,8 @@ std::optional<Anomaly> CollectiveTracker::straggler_in(const std::string& comm_i
         key.second, stats.pid, stats.last, stats.collectives, lateness / 1e6);
     a.suggestion =
         "the other ranks wait for this one: look at what it does between collectives (data "
-        "loading, a slower GPU or host, CPU contention), or at its link if its collectives are slow "
+        "loading, a slower GPU or host, CPU contention), or at its link if its collectives are "
+        "slow "
         "too (NCCL_DEBUG=INFO, NCCL_ALGO)";
     return a;
   }
@@ -215,7 +333,7 @@ std::vector<Anomaly> CollectiveTracker::check(uint64_t now_ns) {
   std::vector<Anomaly> found;
   for (const auto& [key, pending] : pending_) {
     const auto& [comm_id, seq] = key;
-    if (hang_reported_.contains(comm_id) || comm_id == kAssumedWorld) continue;
+    if (hang_reported_.contains(comm_id)) continue;
     if (now_ns < pending.first_ns + options_.hang_timeout_ns) continue;
     std::vector<int> arrived, missing;
     for (int r = 0; r < pending.nranks; ++r) {
@@ -225,27 +343,25 @@ std::vector<Anomaly> CollectiveTracker::check(uint64_t now_ns) {
     for (const auto& [rk, stats] : ranks_) {
       if (rk.first != comm_id) continue;
       last_completed[std::to_string(rk.second)] =
-          stats.last_completed
-              ? nlohmann::json{{"seq", stats.last_completed->first},
-                               {"collective", stats.last_completed->second}}
-              : nlohmann::json(nullptr);
+          stats.last_completed ? nlohmann::json{{"seq", stats.last_completed->first},
+                                                {"collective", stats.last_completed->second}}
+                               : nlohmann::json(nullptr);
     }
     Anomaly a;
     a.kind = "hang";
     a.layer = Layer::kNccl;
     if (!missing.empty()) {
       a.rank = missing.front();
-      if (auto it = ranks_.find({comm_id, missing.front()}); it != ranks_.end()) a.pid = it->second.pid;
+      if (auto it = ranks_.find({comm_id, missing.front()}); it != ranks_.end())
+        a.pid = it->second.pid;
     }
     a.t_s = pending.first_ns > session_start_ns_ ? (pending.first_ns - session_start_ns_) / 1e9 : 0;
     a.score = -std::log10(1.0 + (now_ns - pending.first_ns) / 1e9);
-    a.evidence = {{"communicator", comm_id},
-                  {"seq", seq},
-                  {"collective", pending.name},
-                  {"waiting_ranks", arrived},
-                  {"missing_ranks", missing},
-                  {"waiting_s", (now_ns - pending.first_ns) / 1e9},
-                  {"last_completed", last_completed}};
+    a.evidence = {
+        {"communicator", comm_id},         {"seq", seq},
+        {"collective", pending.name},      {"waiting_ranks", arrived},
+        {"missing_ranks", missing},        {"waiting_s", (now_ns - pending.first_ns) / 1e9},
+        {"last_completed", last_completed}};
     a.message = fmt::format("{} #{} on communicator {}: ranks {} have waited {:.1f} s for ranks {}",
                             pending.name, seq, comm_id.substr(0, 8), fmt::join(arrived, ","),
                             (now_ns - pending.first_ns) / 1e9, fmt::join(missing, ","));
@@ -259,7 +375,7 @@ std::vector<Anomaly> CollectiveTracker::check(uint64_t now_ns) {
   std::set<std::string> comm_ids;
   for (const auto& [key, stats] : ranks_) comm_ids.insert(key.first);
   for (const std::string& id : comm_ids) {
-    if (straggler_reported_.contains(id) || id == kAssumedWorld) continue;
+    if (straggler_reported_.contains(id)) continue;
     if (auto a = straggler_in(id)) {
       straggler_reported_.insert(id);
       found.push_back(std::move(*a));

@@ -6,6 +6,15 @@
 // ncclUniqueId (captured at ncclCommInitRank); every collective on a
 // communicator gets the next sequence number on each rank, so collective n of
 // rank 0 is collective n of rank 3.
+//
+// After `attach`, communicators already exist: the one world communicator is
+// assumed from RANK and WORLD_SIZE, and each rank's collectives are numbered
+// from wherever it was when the probes arrived. Ranks are aligned on the one
+// exact fact there is: no rank leaves a collective before every rank has
+// entered it, so the calls of one collective on any two ranks overlap in
+// time. Each rank's offset against the rank seen last to finish its first
+// collective is the one under which a window of consecutive collectives all
+// overlap. Arrivals wait in a buffer until that alignment is known.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +67,25 @@ class CollectiveTracker {
     int rank = -1;
     int nranks = 0;
     uint64_t next_seq = 0;
+    bool assumed = false;     // the world communicator, assumed after attach
+    uint64_t local_ends = 0;  // assumed: collectives seen ending on this rank
+  };
+  // One rank of the assumed world communicator until the ranks are aligned.
+  struct WorldRank {
+    uint32_t pid = 0;
+    int nranks = 0;
+    struct Span {
+      uint64_t start_ns = 0;
+      uint64_t end_ns = 0;
+    };
+    std::vector<Span> ends;  // this rank's first seen finished collectives, in order
+    struct Begin {
+      uint64_t local = 0;  // 1 for the first collective seen entering on this rank
+      uint64_t ts_ns = 0;
+      std::string name;
+    };
+    std::vector<Begin> begins;
+    std::optional<int64_t> offset;  // seq = local + offset, once aligned
   };
   struct Arrival {
     uint64_t ts_ns = 0;
@@ -72,17 +100,20 @@ class CollectiveTracker {
   struct RankStats {
     uint32_t pid = 0;
     std::string comm_id;
-    uint64_t collectives = 0;  // matched across all ranks
-    uint64_t last = 0;         // times this rank arrived last
+    uint64_t collectives = 0;          // matched across all ranks
+    uint64_t last = 0;                 // times this rank arrived last
     std::vector<int64_t> lateness_ns;  // arrival minus the median arrival, per collective
     uint64_t first_last_ns = 0;        // first time it was last by a clear margin
-    uint64_t bus_bytes = 0;    // bytes weighted by the algorithm's bus factor
-    uint64_t busy_ns = 0;      // time inside collectives
+    uint64_t bus_bytes = 0;            // bytes weighted by the algorithm's bus factor
+    uint64_t busy_ns = 0;              // time inside collectives
     std::optional<std::pair<uint64_t, std::string>> last_completed;  // seq, name
   };
   using CommKey = std::pair<uint32_t, uint64_t>;  // pid, communicator handle
 
   Comm* comm_of(const CallRecord& call, const ProcessInfo* process);
+  void arrive(const std::string& comm_id, int rank, int nranks, uint64_t seq, uint64_t ts_ns,
+              uint32_t pid, std::string_view name);
+  void align_world();
   void settle(const std::string& comm_id, uint64_t seq, Pending& pending);
   std::optional<Anomaly> straggler_in(const std::string& comm_id);
 
@@ -91,8 +122,10 @@ class CollectiveTracker {
   std::map<CommKey, Comm> comms_;
   std::map<std::pair<std::string, uint64_t>, Pending> pending_;  // (comm id, seq)
   std::map<std::pair<std::string, int>, RankStats> ranks_;       // (comm id, rank)
-  std::set<std::string> hang_reported_;       // comm ids
-  std::set<std::string> straggler_reported_;  // comm ids
+  std::set<std::string> hang_reported_;                          // comm ids
+  std::set<std::string> straggler_reported_;                     // comm ids
+  std::map<int, WorldRank> world_;                               // by rank; emptied once aligned
+  bool world_aligned_ = false;
 };
 
 }  // namespace eacgm

@@ -6,12 +6,14 @@ import collections
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from eacgm_testlib import REAL_NCCL, SIMNCCL_JOB, EacgmTest, require_root  # noqa: E402
+from eacgm_testlib import (EACGM, REAL_NCCL, SIMNCCL_JOB, EacgmTest, Session,  # noqa: E402
+                           require_root)
 
 # ncclDataType_t 0..11 and their sizes (nccl.h).
 DTYPE_SIZES = [1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1]
@@ -107,6 +109,52 @@ class SimulatedNccl(EacgmTest):
         self.assertEqual(hangs[0]["rank"], 1)
         self.assertEqual(hangs[0]["pid"], self.ranks(s)[1])
         self.assertSessionComplete(s)
+
+    def attach_to_job(self, *job_flags, seconds=3):
+        """Starts the job untraced, attaches to its launcher (ranks included)
+        once the ranks are well into their collectives, and detaches."""
+        job = subprocess.Popen([SIMNCCL_JOB, "--ranks", "4", *job_flags],
+                               stdout=subprocess.DEVNULL)
+        try:
+            time.sleep(0.7)
+            out = self.out()
+            s = subprocess.run([EACGM, "attach", "-p", str(job.pid), "-d", str(seconds), "-o", out],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(s.returncode, 0, s.stderr)
+            self.assertIsNone(job.poll(), "the job ended before eacgm detached")
+        finally:
+            job.kill()
+            job.wait()
+        return Session(out, s)
+
+    def test_straggler_is_named_after_attach(self):
+        # The communicator was created before eacgm arrived: the ranks come
+        # from RANK/WORLD_SIZE and are aligned on their collectives' ends.
+        s = self.attach_to_job("--steps", "1000", "--slow-rank", "1", "--slow-ms", "15")
+        anomalies = s.summary["anomalies"]
+        self.assertEqual([(a["kind"], a["rank"]) for a in anomalies], [("straggler", 1)],
+                         json.dumps(anomalies, indent=1))
+        self.assertEqual(anomalies[0]["pid"], self.ranks(s)[1])
+        self.assertEqual(anomalies[0]["evidence"]["communicator"], "world")
+
+    def test_attach_numbers_the_same_collective_alike_on_every_rank(self):
+        s = self.attach_to_job("--steps", "100000")
+        self.assertEqual(s.summary["anomalies"], [])
+        rows = s.rows("SELECT k.seq, k.rank, c.start_ns, c.start_ns + c.duration_ns "
+                      "FROM collectives k JOIN calls c ON c.id = k.call_id WHERE k.comm = 'world'")
+        by_seq = collections.defaultdict(dict)
+        for seq, rank, start, end in rows:
+            self.assertNotIn(rank, by_seq[seq], f"rank {rank} twice in collective {seq}")
+            by_seq[seq][rank] = (start, end)
+        complete = {seq: calls for seq, calls in by_seq.items() if len(calls) == 4}
+        self.assertGreater(len(complete), 20, "too few collectives numbered on every rank")
+        # No rank leaves a collective before every rank has entered it: the
+        # calls numbered alike must all overlap. Calls of different
+        # collectives numbered alike would not.
+        for seq, calls in sorted(complete.items()):
+            last_in = max(start for start, _ in calls.values())
+            first_out = min(end for _, end in calls.values())
+            self.assertLessEqual(last_in, first_out, f"collective {seq}: {calls}")
 
 
 REAL_NCCL_SCRIPT = f"""

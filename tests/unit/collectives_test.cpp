@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 namespace eacgm {
@@ -150,31 +151,184 @@ TEST(Collectives, HangNamesTheMissingRankAfterTheTimeout) {
   EXPECT_TRUE(job.tracker().check(t + 9'000 * kMs).empty());  // reported once
 }
 
-TEST(Collectives, NoVerdictOnACommunicatorAssumedAfterAttach) {
-  // Attached mid-run: no ncclCommInitRank seen; ranks come from the
-  // environment and their sequence numbers need not line up.
-  CollectiveTracker tracker({});
-  std::vector<ProcessInfo> procs(2);
-  for (int r = 0; r < 2; ++r) {
-    procs[r].pid = Job::pid(r);
-    procs[r].rank = r;
-    procs[r].world_size = 2;
-  }
-  for (int step = 0; step < 40; ++step) {
-    for (int r = 0; r < 2; ++r) {
-      CallRecord c;
-      c.pid = Job::pid(r);
-      c.tid = c.pid;
-      c.spec = &row("ncclAllReduce");
-      c.start_ns = step * 100 * kMs + (r == 1 ? 30 * kMs : 0);
-      c.raw.args[kR9] = 0x77;
-      c.finished = false;
-      auto ref = tracker.on_begin(c, &procs[r]);
-      ASSERT_TRUE(ref);
-      EXPECT_EQ(ref->comm_id, "world");
+// A job attached mid-run: no ncclCommInitRank is seen; ranks come from the
+// environment, and each rank's probes arrive at a different point of its
+// progress (`first_step[r]`: the first all-reduce whose entry rank r is seen
+// making; one it was already inside at attach is seen neither entering nor
+// leaving).
+class AttachedJob {
+ public:
+  AttachedJob(std::vector<int> first_step, CollectiveTracker::Options options = {})
+      : first_step_(std::move(first_step)), tracker_(options), procs_(first_step_.size()) {
+    for (size_t r = 0; r < procs_.size(); ++r) {
+      procs_[r].pid = Job::pid(static_cast<int>(r));
+      procs_[r].rank = static_cast<int>(r);
+      procs_[r].world_size = static_cast<int>(procs_.size());
     }
   }
-  EXPECT_TRUE(tracker.check(100'000 * kMs).empty());
+  int nranks() const { return static_cast<int>(procs_.size()); }
+  void enter(int rank, int step, uint64_t t) {
+    if (step < first_step_[rank]) return;
+    CallRecord c = call(rank, t);
+    c.finished = false;
+    tracker_.on_begin(c, &procs_[rank]);
+  }
+  std::optional<CollectiveRef> leave(int rank, int step, uint64_t t, uint64_t end) {
+    if (step < first_step_[rank]) return std::nullopt;
+    CallRecord c = call(rank, t);
+    c.duration_ns = end - t;
+    return tracker_.on_end(c, &procs_[rank]);
+  }
+  CollectiveTracker& tracker() { return tracker_; }
+
+ private:
+  CallRecord call(int rank, uint64_t t) const {
+    CallRecord c;
+    c.pid = Job::pid(rank);
+    c.tid = c.pid;
+    c.spec = &row("ncclAllReduce");
+    c.start_ns = t;
+    c.raw.args[kRdx] = 1024;
+    c.raw.args[kRcx] = 7;
+    c.raw.args[kR9] = 0x77;  // a communicator handle never seen created
+    return c;
+  }
+  std::vector<int> first_step_;
+  CollectiveTracker tracker_;
+  std::vector<ProcessInfo> procs_;
+};
+
+// Runs `steps` all-reduces on an attached job; every rank leaves together,
+// 1 ms after the last arrival. Returns the anomalies and, per step, the
+// sequence numbers the ranks' completions got.
+template <typename Delay>
+std::pair<std::vector<Anomaly>, std::vector<std::vector<std::optional<uint64_t>>>> run_attached(
+    AttachedJob& job, int steps, Delay delay) {
+  std::vector<Anomaly> found;
+  std::vector<std::vector<std::optional<uint64_t>>> seqs(steps);
+  uint64_t t = 1'000 * kMs;
+  for (int s = 0; s < steps; ++s) {
+    uint64_t last = 0;
+    for (int r = 0; r < job.nranks(); ++r) {
+      job.enter(r, s, t + delay(r, s));
+      last = std::max(last, t + delay(r, s));
+    }
+    for (int r = 0; r < job.nranks(); ++r) {
+      auto ref = job.leave(r, s, t + delay(r, s), last + kMs);
+      seqs[s].push_back(ref ? std::optional<uint64_t>(ref->seq) : std::nullopt);
+      if (ref) {
+        EXPECT_EQ(ref->comm_id, "world");
+      }
+    }
+    t = last + 20 * kMs;
+    for (Anomaly& a : job.tracker().check(t)) found.push_back(std::move(a));
+  }
+  return {found, seqs};
+}
+
+TEST(Collectives, AttachAlignsRanksOnTheirCollectiveEnds) {
+  // Ranks 1 and 3 were inside the first all-reduce when the probes arrived.
+  AttachedJob job({0, 1, 0, 1});
+  auto [found, seqs] = run_attached(job, 40, [](int, int) -> uint64_t { return 0; });
+  EXPECT_TRUE(found.empty());
+  // Step 1 is the first every rank is seen finishing: sequence 1. Step 0,
+  // seen by half the ranks only, is never numbered; completions are numbered
+  // once the alignment is known (a window of collectives later), and from
+  // then on on every rank.
+  EXPECT_EQ(seqs[0], (std::vector<std::optional<uint64_t>>(4, std::nullopt)));
+  int aligned = -1;
+  for (int s = 1; s < 40; ++s) {
+    for (const auto& seq : seqs[s]) {
+      if (seq) {
+        EXPECT_EQ(*seq, static_cast<uint64_t>(s)) << "step " << s;
+      }
+    }
+    if (aligned < 0 && std::ranges::all_of(seqs[s], [](const auto& q) { return q.has_value(); })) {
+      aligned = s;
+    }
+  }
+  ASSERT_GT(aligned, 0);
+  EXPECT_LE(aligned, 20);
+  for (int s = aligned; s < 40; ++s) {
+    EXPECT_EQ(seqs[s], (std::vector<std::optional<uint64_t>>(4, static_cast<uint64_t>(s))))
+        << "step " << s;
+  }
+}
+
+TEST(Collectives, AttachAlignsBackToBackCollectivesWhoseEndsInterleave) {
+  // Collectives 0.3 ms apart; at each one, one rank in turn is descheduled
+  // after the barrier and leaves 0.28 ms late. Rank 1, seen first at step 1,
+  // is the late one there, so the end nearest to its first seen end on rank
+  // 0 is rank 0's step 2, not step 1: the nearest end alone would misnumber
+  // every collective of rank 0. The overlap of the calls may not.
+  AttachedJob job({0, 1, 1, 0});
+  std::mt19937 rng(5);
+  uint64_t t = 1'000 * kMs;
+  for (int s = 0; s < 60; ++s) {
+    std::vector<uint64_t> in(4);
+    uint64_t last = 0;
+    for (int r = 0; r < 4; ++r) {
+      in[r] = t + rng() % 50'000;
+      last = std::max(last, in[r]);
+      job.enter(r, s, in[r]);
+    }
+    for (int r = 0; r < 4; ++r) {
+      const uint64_t out = last + (r == s % 4 ? 280'000 : 10'000);
+      auto ref = job.leave(r, s, in[r], out);
+      if (ref) {
+        EXPECT_EQ(ref->seq, static_cast<uint64_t>(s)) << "rank " << r << " step " << s;
+      }
+    }
+    t = last + 300'000;
+  }
+}
+
+TEST(Collectives, StragglerIsNamedAfterAttach) {
+  AttachedJob job({1, 0, 2, 0});
+  std::mt19937 rng(3);
+  auto [found, seqs] = run_attached(job, 40, [&](int rank, int) -> uint64_t {
+    return rng() % (200 * 1000) + (rank == 2 ? 20 * kMs : 0);
+  });
+  ASSERT_EQ(found.size(), 1u) << found[1].message;
+  EXPECT_EQ(found[0].kind, "straggler");
+  EXPECT_EQ(found[0].rank, 2);
+  EXPECT_EQ(found[0].pid, Job::pid(2));
+  EXPECT_EQ(found[0].evidence["communicator"], "world");
+}
+
+TEST(Collectives, HealthyJobAfterAttachYieldsNothing) {
+  AttachedJob job({0, 1, 1, 0});
+  std::mt19937 rng(4);
+  auto [found, seqs] = run_attached(job, 300, [&](int rank, int) -> uint64_t {
+    return rng() % (3 * kMs) + (rank == 3 ? 200'000 : 0);
+  });
+  EXPECT_TRUE(found.empty()) << found[0].message;
+}
+
+TEST(Collectives, HangAfterAttachNamesTheMissingRank) {
+  CollectiveTracker::Options options;
+  options.hang_timeout_ns = 5'000 * kMs;
+  AttachedJob job({0, 1, 0}, options);
+  run_attached(job, 25, [](int, int) -> uint64_t { return 0; });
+  const uint64_t t = 10'000 * kMs;
+  job.enter(0, 25, t);
+  job.enter(2, 25, t + kMs);
+  auto found = job.tracker().check(t + 5'000 * kMs);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].kind, "hang");
+  EXPECT_EQ(found[0].rank, 1);
+  EXPECT_EQ(found[0].evidence["seq"], 25);  // step s is sequence s
+  EXPECT_EQ(found[0].evidence["last_completed"]["1"]["seq"], 24);
+}
+
+TEST(Collectives, NoVerdictBeforeEveryRankIsAligned) {
+  // Rank 1 is never seen finishing a collective (it was stuck before we
+  // attached): nothing can be aligned, so nothing is judged.
+  AttachedJob job({0, 1000});
+  auto [found, seqs] =
+      run_attached(job, 40, [](int rank, int) -> uint64_t { return rank == 0 ? 30 * kMs : 0; });
+  EXPECT_TRUE(found.empty());
+  for (const auto& step : seqs) EXPECT_EQ(step[0], std::nullopt);
 }
 
 TEST(Collectives, BytesAndBusBandwidthPerRank) {
