@@ -11,12 +11,18 @@ packages=(
   # libraries we link against
   libcli11-dev nlohmann-json3-dev libfmt-dev libsqlite3-dev
   libprotobuf-dev protobuf-compiler libeigen3-dev
+  # eacgm serve's HTTP endpoint and eacgm cluster's Prometheus client (header-only)
+  libcpp-httplib-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev sqlite3 python3-protobuf
   # the python with USDT probes, used by tests that need a real interpreter
   python3.11
+  # the torch layer's tests: Debian's PyTorch (1.13, CPU) and its libtorch_cpu.so
+  python3-torch
   # the GMM checks against scikit-learn (tests/gmm) and their benchmark (bench/gmm)
   python3-sklearn python3-numpy
+  # eacgm serve's tests scrape it with a real Prometheus server (tests/bpf/test_serve.py)
+  prometheus
 )
 
 missing=()

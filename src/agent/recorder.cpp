@@ -102,7 +102,7 @@ void Recorder::warn(std::string message) {
 }
 
 void Recorder::handle(std::span<const std::byte> data) {
-  auto event = decode_event(data);
+  auto event = decode_event(data, tracer_ ? &tracer_->torch_ops() : nullptr);
   if (!event) {
     if (decode_errors_++ == 0) warn(event.error().message);
     return;
@@ -217,11 +217,18 @@ void Recorder::on_call(const CallRecord& event) {
   }
   ++session_.events_recorded;
   session_.add_call(call);
-  if (!call.failed() && (call.spec->memory == MemoryEffect::kDeviceAlloc ||
-                         call.spec->memory == MemoryEffect::kDeviceFree)) {
+  if (call.layer() == Layer::kTorch) torch_threads_.on_op(call);
+  const bool memory_event = !call.failed() && (call.spec->memory == MemoryEffect::kDeviceAlloc ||
+                                               call.spec->memory == MemoryEffect::kDeviceFree);
+  if (memory_event) {
     leaks_.on_memory(call.pid, call.start_ns + call.duration_ns,
                      session_.device_memory[call.pid].outstanding_bytes);
   }
+  const auto memory = session_.device_memory.find(call.pid);
+  analysis_.on_call({call.pid, call.layer(), call.name(), call.start_ns, call.duration_ns,
+                     call.bytes(), call.failed(),
+                     memory == session_.device_memory.end() ? 0 : memory->second.outstanding_bytes,
+                     memory_event});
   if (!proc.threads.contains(call.tid)) {
     std::string name =
         trim_newline(read_small_file(fmt::format("/proc/{}/task/{}/comm", call.pid, call.tid)));
@@ -269,6 +276,7 @@ void Recorder::attach_mapped_libraries(uint32_t pid) {
     if (!file.executable) continue;
     const std::optional<Layer> layer = library_layer(file.path);
     if (!layer || !layers_.contains(*layer)) continue;
+    mapped_layers_.insert(*layer);
     // Through /proc/PID/root so a target in another mount namespace works too.
     const std::string path = fmt::format("/proc/{}/root{}", pid, file.path);
     auto attached = tracer_->attach_library(*layer, path);
@@ -315,6 +323,7 @@ void Recorder::on_process_event(const ProcEvent& event) {
       ProcessInfo& proc = session_.process(event.pid);
       if (proc.comm.empty()) proc.comm = event.comm;
       proc.end_ns = event.ts_ns;
+      analysis_.end_process(event.pid, event.ts_ns);
       // The wait status says how; the os layer's signals and OOM kills say why.
       proc.exit = os_.explain(event.pid, describe_exit_status(event.status));
       os_.on_process_exit(event.pid);
@@ -349,6 +358,15 @@ size_t Recorder::live_processes() const {
   return n;
 }
 
+void Recorder::forget_process(uint32_t pid) {
+  session_.processes.erase(pid);
+  session_.device_memory.erase(pid);
+  flight_.forget(pid);
+  leaks_.forget(pid);
+  analysis_.forget(pid);
+  stopped_.erase(pid);
+}
+
 void Recorder::tick(uint64_t now_ns, bool final) {
   // GPU readings and XIDs queued by the sampler's threads since the last tick.
   if (gpu_) gpu_->poll(session_, sinks_, [this](Anomaly a) { report(std::move(a)); });
@@ -356,6 +374,11 @@ void Recorder::tick(uint64_t now_ns, bool final) {
   if (final || now_ns >= leaks_checked_ns_ + 1'000'000'000) {
     leaks_checked_ns_ = now_ns;
     for (Anomaly& a : leaks_.check(session_.start_ns)) report(std::move(a));
+  }
+  // Windows close a second at a time; the detectors learn each worker's warm-up, then score.
+  analysis_.set_session_start(session_.start_ns);
+  for (Anomaly& a : final ? analysis_.finish(now_ns) : analysis_.advance(now_ns)) {
+    report(std::move(a));
   }
   if (layers_.contains(Layer::kOs)) {
     os_.set_session_start(session_.start_ns);
@@ -368,6 +391,9 @@ void Recorder::tick(uint64_t now_ns, bool final) {
 }
 
 std::vector<std::string> Recorder::finish_sinks() {
+  if (layers_.contains(Layer::kTorch)) {
+    session_.layers[Layer::kTorch].extra["threads"] = torch_threads_.finish(session_);
+  }
   if (layers_.contains(Layer::kNccl)) {
     session_.layers[Layer::kNccl].extra["ranks"] = collectives_.rank_figures();
   }

@@ -13,10 +13,12 @@
 #include "analysis/collectives.h"
 #include "analysis/leak_detector.h"
 #include "analysis/os_monitor.h"
+#include "analysis/window_analyzer.h"
 #include "gpu/gpu_layer.h"
 #include "probes/tracer.h"
 #include "reader/decoder.h"
 #include "session/session.h"
+#include "session/torch_threads.h"
 #include "sinks/sink.h"
 
 namespace eacgm {
@@ -24,7 +26,12 @@ namespace eacgm {
 class Recorder {
  public:
   Recorder(Session& session, std::set<Layer> layers, CollectiveTracker::Options collectives = {})
-      : session_(session), layers_(std::move(layers)), collectives_(collectives) {}
+      : session_(session), layers_(std::move(layers)), collectives_(collectives) {
+    analysis_.set_lookup([this](uint32_t pid) {
+      const ProcessInfo* p = session_.find_process(pid);
+      return p ? EntityInfo{p->rank, p->comm} : EntityInfo{};
+    });
+  }
 
   void add_sink(std::unique_ptr<Sink> sink) { sinks_.push_back(std::move(sink)); }
   void set_tracer(Tracer* tracer) { tracer_ = tracer; }
@@ -58,6 +65,10 @@ class Recorder {
   void resume_stopped_targets();
   // Processes still alive among those followed.
   size_t live_processes() const;
+  // Releases everything kept about a process that has exited (its session
+  // entry, memory model, flight recorder and leak history): `eacgm serve`
+  // follows processes for days and must not keep the dead.
+  void forget_process(uint32_t pid);
 
   // Live analysis: reports anomalies that became clear by `now_ns`.
   // `final`: the session is ending; judge on what there is.
@@ -68,6 +79,9 @@ class Recorder {
 
   const std::vector<std::string>& warnings() const { return warnings_; }
   uint64_t decode_errors() const { return decode_errors_; }
+  // Whether a followed process had a library of `layer` mapped (probes on a library found only
+  // on the search path prove nothing about the job: torch is installed, the job may not use it).
+  bool layer_mapped(Layer layer) const { return mapped_layers_.contains(layer); }
 
  private:
   void on_call(const CallRecord& call);
@@ -88,6 +102,7 @@ class Recorder {
   CollectiveTracker collectives_;
   LeakDetector leaks_;
   uint64_t leaks_checked_ns_ = 0;
+  WindowAnalyzer analysis_;  // latency, throughput and GMM on one-second windows
   OsMonitor os_;
   std::string ioctl_devices_;
   uint64_t devices_refreshed_ns_ = 0;
@@ -97,6 +112,8 @@ class Recorder {
   size_t flight_files_ = 0;
   std::vector<std::string> warnings_;
   uint64_t decode_errors_ = 0;
+  std::set<Layer> mapped_layers_;
+  TorchThreads torch_threads_;
 };
 
 // "killed by SIGSEGV (Segmentation fault), core dumped" from a wait status.

@@ -107,10 +107,13 @@ class TraceRun {
 
     std::set<Layer> bpf_layers = options_.layers;
     bpf_layers.erase(Layer::kGpu);  // NVML, read from user space: no BPF program
+    auto torch_ops = TorchOpFilter::parse(options_.torch_ops);
+    if (!torch_ops) return fail(torch_ops.error().message);
     Tracer::Options topts{.layers = bpf_layers,
                           .stop_on_dlopen = options_.stop_on_dlopen,
                           .btf_path = options_.btf_path,
-                          .verbose = options_.verbose};
+                          .verbose = options_.verbose,
+                          .torch_ops = std::move(*torch_ops)};
     auto tracer =
         Tracer::open(topts, [this](std::span<const std::byte> d) { recorder_.handle(d); });
     if (!tracer) return fail(tracer.error().message);
@@ -203,15 +206,24 @@ class TraceRun {
       for (const TracedLibrary& lib : tracer_->libraries()) {
         if (lib.layer == layer) state.libraries.push_back(lib.path);
       }
+      std::string_view prefix = layer_name(layer);
+      for (const LayerLibrary& lib : layer_libraries()) {
+        if (lib.layer == layer) {
+          prefix = lib.file_prefix;
+          break;
+        }
+      }
       if (state.libraries.empty()) {
         state.status = LayerStatus::kUnavailable;
-        std::string_view prefix = layer_name(layer);
-        for (const LayerLibrary& lib : layer_libraries()) {
-          if (lib.layer == layer) prefix = lib.file_prefix;
-        }
         state.reason = fmt::format(
             "no {} library was found in the traced processes or on their library search path",
             prefix);
+      } else if (layer == Layer::kTorch && !recorder_.layer_mapped(layer) && state.calls.empty()) {
+        // PyTorch installed on the machine is common; the job using it is what counts.
+        state.status = LayerStatus::kUnavailable;
+        state.reason =
+            fmt::format("no traced process loaded {} (the job does not use PyTorch)", prefix);
+        state.libraries.clear();
       } else {
         state.status = LayerStatus::kActive;
       }

@@ -21,13 +21,15 @@ struct TraceOptions {
   std::string btf_path;  // a custom kernel BTF file, for kernels without /sys/kernel/btf/vmlinux
   bool stop_on_dlopen = true;
   bool verbose = false;
-  bool quiet = false;  // no report on stdout
+  bool quiet = false;           // no report on stdout
   double hang_timeout_s = 5.0;  // a collective some ranks never entered for this long is a hang
   std::string ioctl_devices = "/dev/nvidia*";  // os layer: device files whose ioctls are timed
   // gpu layer: the NVML to dlopen (empty: libnvidia-ml.so.1 on the library search path), and
   // how many times a second each device is read.
   std::string nvml_lib;
   double gpu_rate_hz = 10.0;
+  // torch layer: "default", "all" or a regular expression (see TorchOpFilter::parse).
+  std::string torch_ops = "default";
 };
 
 // Runs `command` traced from its first instruction; returns its exit code.

@@ -16,9 +16,9 @@ namespace eacgm {
 class LeakDetector {
  public:
   struct Options {
-    size_t max_points = 4096;  // floors kept per process; older ones merge pairwise
-    int segments = 10;         // the run is judged in this many equal parts
-    uint64_t min_events = 20;  // allocations and frees seen before judging
+    size_t max_points = 4096;            // floors kept per process; older ones merge pairwise
+    int segments = 10;                   // the run is judged in this many equal parts
+    uint64_t min_events = 20;            // allocations and frees seen before judging
     double min_rising_share = 0.7;       // of consecutive segments whose floor rose
     int64_t min_growth_bytes = 1 << 20;  // and at least this much growth...
     double min_growth_of_peak = 0.05;    // ...and this share of the peak
@@ -31,6 +31,12 @@ class LeakDetector {
   void on_memory(uint32_t pid, uint64_t t_ns, int64_t outstanding_bytes);
   // Leaks that are clear by now; each process is reported once.
   std::vector<Anomaly> check(uint64_t session_start_ns);
+  // Drops what is known of a process that is gone (a long-running agent
+  // must not keep the history of every process it ever saw).
+  void forget(uint32_t pid) {
+    history_.erase(pid);
+    reported_.erase(pid);
+  }
 
  private:
   struct History {

@@ -12,8 +12,12 @@
 #include <vector>
 
 #include "agent/trace_session.h"
+#include "cli/analyze_command.h"
+#include "cli/cluster_command.h"
 #include "cli/doctor.h"
 #include "cli/gmm_command.h"
+#include "cli/serve_command.h"
+#include "probes/torch_ops.h"
 
 namespace {
 
@@ -31,10 +35,10 @@ std::optional<std::set<Layer>> parse_layers(const std::string& text, std::string
       error = fmt::format("unknown layer '{}' (known: cuda, nccl, torch, python, os, gpu)", name);
       return std::nullopt;
     }
-    if (*layer != Layer::kCuda && *layer != Layer::kNccl && *layer != Layer::kOs &&
-        *layer != Layer::kGpu) {
+    if (*layer == Layer::kPython) {
       error = fmt::format(
-          "layer '{}' is not implemented in this version (available: cuda, nccl, os, gpu)", name);
+          "layer '{}' is not implemented in this version (available: cuda, nccl, torch, os, gpu)",
+          name);
       return std::nullopt;
     }
     layers.insert(*layer);
@@ -49,7 +53,7 @@ std::optional<std::set<Layer>> parse_layers(const std::string& text, std::string
 void add_trace_options(CLI::App* cmd, eacgm::TraceOptions& opts, std::string& layers) {
   cmd->add_option("-o,--output", opts.out_dir, "session directory to write")->required();
   cmd->add_option("--layers", layers, "comma-separated layers to trace")
-      ->default_val("cuda,nccl,os,gpu");
+      ->default_val("cuda,nccl,torch,os,gpu");
   cmd->add_option("--ioctl-devices", opts.ioctl_devices,
                   "os layer: device files whose ioctls are timed (comma-separated globs)")
       ->default_val("/dev/nvidia*");
@@ -63,6 +67,14 @@ void add_trace_options(CLI::App* cmd, eacgm::TraceOptions& opts, std::string& la
                   "seconds a collective may wait for missing ranks before it is a hang")
       ->default_val(5.0)
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--torch-ops", opts.torch_ops,
+                  "torch layer: operators to trace: default (the costly ones), all, or a regular "
+                  "expression matching aten::OP.OVERLOAD, OP.OVERLOAD or OP whole")
+      ->default_val("default")
+      ->check([](const std::string& spec) {
+        auto filter = eacgm::TorchOpFilter::parse(spec);
+        return filter ? std::string() : filter.error().message;
+      });
   cmd->add_option("--btf", opts.btf_path, "kernel BTF file (default: the running kernel's)");
   cmd->add_flag(
       "--no-stop-on-dlopen", [&opts](int64_t) { opts.stop_on_dlopen = false; },
@@ -81,6 +93,11 @@ int main(int argc, char** argv) {
   std::string doctor_nvml;
   std::function<int()> run_gmm;
   eacgm::add_gmm_command(app, run_gmm);
+  std::function<int()> run_serve, run_cluster;
+  eacgm::add_serve_command(app, run_serve, parse_layers);
+  eacgm::add_cluster_command(app, run_cluster);
+  std::function<int()> run_analyze;
+  eacgm::add_analyze_commands(app, run_analyze);
 
   CLI::App* doctor = app.add_subcommand("doctor", "check whether this machine can trace, and what");
   doctor->add_option("--nvml-lib", doctor_nvml,
@@ -130,6 +147,9 @@ int main(int argc, char** argv) {
 
   std::string error;
   if (run_gmm) return run_gmm();
+  if (run_serve) return run_serve();
+  if (run_cluster) return run_cluster();
+  if (run_analyze) return run_analyze();
   if (app.got_subcommand("doctor")) return eacgm::run_doctor(doctor_nvml);
   if (app.got_subcommand("record")) {
     for (const std::string& extra : record->remaining()) command.push_back(extra);

@@ -228,4 +228,22 @@ std::optional<std::string> read_soname(const std::string& path) {
   return std::nullopt;
 }
 
+Result<std::string> read_section(const std::string& path, std::string_view name) {
+  auto opened = open_elf(path);
+  if (!opened) return opened.error();
+  Elf* elf = opened.value()->elf();
+  size_t names_index = 0;
+  if (elf_getshdrstrndx(elf, &names_index) != 0) {
+    return Error{path + " has no section name table: " + elf_errmsg(-1)};
+  }
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type == SHT_NOBITS) continue;
+    const char* section_name = elf_strptr(elf, names_index, shdr.sh_name);
+    if (section_name == nullptr || name != section_name) continue;
+    return std::string(section_bytes(scn));
+  }
+  return Error{path + " has no " + std::string(name) + " section"};
+}
+
 }  // namespace eacgm

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/result.h"
@@ -41,5 +42,9 @@ Result<std::vector<ElfSymbol>> read_function_symbols(const std::string& path);
 
 // DT_SONAME of a shared library ("libc.so.6"); nullopt when the file has none or is unreadable.
 std::optional<std::string> read_soname(const std::string& path);
+
+// The bytes of the section called `name` (".rodata"). Error when the file is unreadable or has
+// no such section (or it occupies no bytes in the file, like .bss).
+Result<std::string> read_section(const std::string& path, std::string_view name);
 
 }  // namespace eacgm

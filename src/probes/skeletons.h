@@ -9,4 +9,5 @@
 #include "cuda.skel.h"
 #include "nccl.skel.h"
 #include "os.skel.h"
+#include "torch.skel.h"
 #pragma GCC diagnostic pop

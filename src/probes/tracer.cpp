@@ -23,6 +23,10 @@ namespace {
 constexpr LayerLibrary kLayerLibraries[] = {
     {Layer::kCuda, "libcudart.so"},
     {Layer::kNccl, "libnccl.so"},
+    // ATen operators' entry points are in libtorch_cpu whatever the device; a libtorch_cuda
+    // that exports any is probed too.
+    {Layer::kTorch, "libtorch_cpu.so"},
+    {Layer::kTorch, "libtorch_cuda.so"},
 };
 
 // libbpf's diagnostics are collected and shown only when loading fails (or
@@ -189,6 +193,7 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
 
   std::unique_ptr<Tracer> tracer(new Tracer());
   tracer->handler_ = std::move(handler);
+  tracer->torch_filter_ = options.torch_ops;
   tracer->multi_ = kernel_has_uprobe_multi();
   tracer->programs_ = std::make_unique<Programs>();
   Programs& p = *tracer->programs_;
@@ -196,8 +201,8 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
   LIBBPF_OPTS(bpf_object_open_opts, open_opts);
   if (!options.btf_path.empty()) {
     if (access(options.btf_path.c_str(), R_OK) != 0) {
-      return Error{fmt::format("cannot read kernel BTF {}: {}", options.btf_path,
-                               std::strerror(errno))};
+      return Error{
+          fmt::format("cannot read kernel BTF {}: {}", options.btf_path, std::strerror(errno))};
     }
     open_opts.btf_custom_path = options.btf_path.c_str();
   }
@@ -218,7 +223,8 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
   }
 
   for (Layer layer : options.layers) {
-    Result<LayerPrograms> progs = Error{fmt::format("layer {} has no BPF program", layer_name(layer))};
+    Result<LayerPrograms> progs =
+        Error{fmt::format("layer {} has no BPF program", layer_name(layer))};
     switch (layer) {
       case Layer::kCuda:
         progs = load_layer(layer, eacgm_cuda__open_opts, eacgm_cuda__load, eacgm_cuda__destroy,
@@ -226,6 +232,10 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
         break;
       case Layer::kNccl:
         progs = load_layer(layer, eacgm_nccl__open_opts, eacgm_nccl__load, eacgm_nccl__destroy,
+                           p.core, &open_opts, tracer->multi_);
+        break;
+      case Layer::kTorch:
+        progs = load_layer(layer, eacgm_torch__open_opts, eacgm_torch__load, eacgm_torch__destroy,
                            p.core, &open_opts, tracer->multi_);
         break;
       case Layer::kOs:
@@ -305,25 +315,51 @@ Result<bool> Tracer::attach_library(Layer layer, const std::string& path) {
   bpf_program* entry = progs->second.entry;
   bpf_program* ret = progs->second.ret;
 
-  auto symbols = read_function_symbols(path);
-  if (!symbols) return symbols.error();
-  std::map<std::string_view, uint64_t> offset_of;
-  for (const ElfSymbol& sym : *symbols) {
-    // An IFUNC symbol is its resolver, which runs once at binding, not per call.
-    if (!sym.ifunc) offset_of.emplace(sym.name, sym.file_offset);
-  }
-
-  // One probe per address: libraries export aliases (NCCL's weak nccl* of
-  // pnccl*), and two probes on one address would count each call twice.
   std::vector<uint64_t> offsets;
   std::vector<uint64_t> cookies;
-  std::set<uint64_t> seen;
-  std::span<const ProbeSpec> table = probe_table(layer);
-  for (size_t row = 0; row < table.size(); ++row) {
-    auto it = offset_of.find(table[row].symbol);
-    if (it == offset_of.end() || !seen.insert(it->second).second) continue;
-    offsets.push_back(it->second);
-    cookies.push_back(row);
+  if (layer == Layer::kTorch) {
+    // The torch layer's rows come from the library itself (src/probes/torch_ops.h).
+    if (torch_skipped_.contains(*id)) return false;
+    auto ops = torch_library_ops(path, torch_filter_, torch_ops_);
+    if (!ops) return ops.error();
+    if (ops->exported > 0 && ops->selected == 0) {
+      torch_skipped_.insert(*id);
+      return Error{fmt::format("--torch-ops '{}' selects none of the {} operators of {}",
+                               torch_filter_.spec(), ops->exported, path)};
+    }
+    if (ops->over_limit > 0) {
+      // Attaching happens while the job runs, after open()'s warnings were shown.
+      fmt::print(stderr,
+                 "eacgm: warning: {}: {} operators not probed: the torch layer holds at most {} "
+                 "operators; narrow --torch-ops\n",
+                 path, ops->over_limit, EACGM_MAX_FUNCS);
+    }
+    if (ops->offsets.empty()) {
+      // libtorch_cuda (its kernels are reached through libtorch_cpu's entry points), or
+      // nothing selected: remembered, so a later dlopen does not read the file again.
+      torch_skipped_.insert(*id);
+      return false;
+    }
+    offsets = std::move(ops->offsets);
+    cookies = std::move(ops->cookies);
+  } else {
+    auto symbols = read_function_symbols(path);
+    if (!symbols) return symbols.error();
+    std::map<std::string_view, uint64_t> offset_of;
+    for (const ElfSymbol& sym : *symbols) {
+      // An IFUNC symbol is its resolver, which runs once at binding, not per call.
+      if (!sym.ifunc) offset_of.emplace(sym.name, sym.file_offset);
+    }
+    // One probe per address: libraries export aliases (NCCL's weak nccl* of
+    // pnccl*), and two probes on one address would count each call twice.
+    std::set<uint64_t> seen;
+    std::span<const ProbeSpec> table = probe_table(layer);
+    for (size_t row = 0; row < table.size(); ++row) {
+      auto it = offset_of.find(table[row].symbol);
+      if (it == offset_of.end() || !seen.insert(it->second).second) continue;
+      offsets.push_back(it->second);
+      cookies.push_back(row);
+    }
   }
   if (offsets.empty()) {
     return Error{

@@ -17,6 +17,7 @@
 #include "probes/attached_probe.h"
 #include "probes/library_finder.h"
 #include "probes/probe_table.h"
+#include "probes/torch_ops.h"
 
 struct ring_buffer;
 
@@ -44,6 +45,7 @@ class Tracer {
     bool stop_on_dlopen = true;  // see core.bpf.c on_dl_debug_state
     std::string btf_path;        // custom kernel BTF (tests); empty: the running kernel's
     bool verbose = false;
+    TorchOpFilter torch_ops = TorchOpFilter::default_set();  // torch layer: operators to probe
   };
   using EventHandler = std::function<void(std::span<const std::byte>)>;
 
@@ -69,6 +71,8 @@ class Tracer {
   uint64_t dropped() const;  // failed reservations, all CPUs
   const std::vector<TracedLibrary>& libraries() const { return libraries_; }
   bool uses_uprobe_multi() const { return multi_; }
+  // The torch layer's rows, made as its libraries are probed (decoder: func_id -> operator).
+  const TorchOpTable& torch_ops() const { return torch_ops_; }
   // Removes every uprobe now (the maps stay, so events already in the ring
   // buffer can still be drained).
   void detach_probes();
@@ -95,6 +99,9 @@ class Tracer {
   std::map<Layer, std::string> layer_problems_;
   std::vector<std::string> warnings_;
   std::set<uint32_t> ioctl_devices_;
+  TorchOpFilter torch_filter_;
+  TorchOpTable torch_ops_;
+  std::set<FileId> torch_skipped_;  // torch libraries examined and found nothing to probe in
 };
 
 }  // namespace eacgm

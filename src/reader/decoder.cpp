@@ -45,20 +45,26 @@ Result<T> read_struct(std::span<const std::byte> data, std::string_view what) {
   return out;
 }
 
-Result<Event> decode_call(std::span<const std::byte> data, bool finished) {
+Result<Event> decode_call(std::span<const std::byte> data, bool finished,
+                          const TorchOpTable* torch) {
   auto raw = read_struct<eacgm_call>(data, "call");
   if (!raw) return raw.error();
   const eacgm_call& c = *raw;
   const auto layer = static_cast<Layer>(c.hdr.layer);
-  std::span<const ProbeSpec> table = probe_table(layer);
-  if (c.func_id >= table.size()) {
+  const ProbeSpec* spec = nullptr;
+  if (layer == Layer::kTorch) {
+    if (torch) spec = torch->row(c.func_id);
+  } else if (std::span<const ProbeSpec> table = probe_table(layer); c.func_id < table.size()) {
+    spec = &table[c.func_id];
+  }
+  if (!spec) {
     return Error{
         fmt::format("call record for unknown function {} of layer {}", c.func_id, c.hdr.layer)};
   }
   CallRecord call;
   call.pid = c.hdr.tgid;
   call.tid = c.hdr.tid;
-  call.spec = &table[c.func_id];
+  call.spec = spec;
   call.func_id = c.func_id;
   call.start_ns = c.hdr.ts_ns;
   call.duration_ns = c.duration_ns;
@@ -187,14 +193,14 @@ Result<Event> decode_ioctl(std::span<const std::byte> data) {
 
 }  // namespace
 
-Result<Event> decode_event(std::span<const std::byte> data) {
+Result<Event> decode_event(std::span<const std::byte> data, const TorchOpTable* torch) {
   auto header = read_struct<eacgm_header>(data, "event");
   if (!header) return header.error();
   switch (header->kind) {
     case EACGM_EV_CALL:
-      return decode_call(data, true);
+      return decode_call(data, true, torch);
     case EACGM_EV_CALL_BEGIN:
-      return decode_call(data, false);
+      return decode_call(data, false, torch);
     case EACGM_EV_PROC_FORK:
       return decode_proc(data, ProcEvent::Kind::kFork);
     case EACGM_EV_PROC_EXEC:

@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "common/result.h"
+#include "probes/torch_ops.h"
 #include "session/session.h"
 
 namespace eacgm {
@@ -26,6 +27,8 @@ struct ProcEvent {
 
 using Event = std::variant<CallRecord, ProcEvent, SignalEvent, OomKillEvent, MmapEvent, IoctlEvent>;
 
-Result<Event> decode_event(std::span<const std::byte> data);
+// `torch`: the torch layer's rows (made at run time, see probes/torch_ops.h); without it a
+// torch call record is an error like any record of an unknown function.
+Result<Event> decode_event(std::span<const std::byte> data, const TorchOpTable* torch = nullptr);
 
 }  // namespace eacgm

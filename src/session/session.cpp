@@ -48,7 +48,12 @@ void Session::add_call(const CallRecord& call) {
   CallStats& stats = it->second;
   ++stats.count;
   stats.total_ns += call.duration_ns;
-  stats.durations_ns.push_back(call.duration_ns);
+  stats.self_ns += call.duration_ns;
+  if (call.layer() == Layer::kTorch) {
+    stats.self_ns -=
+        torch_nesting.children_ns(call.tid, call.start_ns, call.duration_ns, call.depth);
+  }
+  if (keep_durations) stats.durations_ns.push_back(call.duration_ns);
   if (call.failed()) {
     ++stats.errors;
     ++stats.errors_by_code[call.raw.ret];

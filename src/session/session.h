@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "probes/probe_table.h"
+#include "session/nested_time.h"
 #include "session/os_events.h"
 
 namespace eacgm {
@@ -53,7 +54,7 @@ struct ProcessExit {
   std::optional<int> code;    // exit status when it exited normally
   std::optional<int> signal;  // terminating signal otherwise
   bool core_dumped = false;
-  std::string cause;  // a sentence a person understands
+  std::string cause;                   // a sentence a person understands
   std::optional<SignalSender> sender;  // a process sent the terminating signal (os layer)
 
   // Killed by a signal or exited with a non-zero code.
@@ -67,8 +68,8 @@ struct ProcessInfo {
   std::vector<std::string> cmdline;
   std::optional<int> rank;
   std::optional<int> world_size;  // WORLD_SIZE from the environment
-  uint64_t start_ns = 0;  // monotonic; 0 when it was already running
-  uint64_t end_ns = 0;    // monotonic; 0 while alive
+  uint64_t start_ns = 0;          // monotonic; 0 when it was already running
+  uint64_t end_ns = 0;            // monotonic; 0 while alive
   std::optional<ProcessExit> exit;
   std::map<uint32_t, std::string> threads;  // tid -> thread name
   std::string flight_recorder;  // its last events, relative to the session dir, when it died
@@ -79,6 +80,9 @@ struct CallStats {
   uint64_t count = 0;
   uint64_t errors = 0;
   uint64_t total_ns = 0;
+  // total_ns less the time of traced calls nested in these (torch: operators called by
+  // operators on the same thread); equal to total_ns in layers whose calls do not nest.
+  uint64_t self_ns = 0;
   uint64_t bytes = 0;
   std::map<int64_t, uint64_t> errors_by_code;
   std::vector<uint64_t> durations_ns;  // every duration, for exact percentiles
@@ -100,10 +104,10 @@ std::string_view layer_status_name(LayerStatus status);  // as in summary.json
 
 struct LayerState {
   LayerStatus status = LayerStatus::kDisabled;
-  std::string reason;                      // why unavailable or disabled
-  std::vector<std::string> libraries;      // files whose functions are probed
+  std::string reason;                                   // why unavailable or disabled
+  std::vector<std::string> libraries;                   // files whose functions are probed
   std::map<std::string, CallStats, std::less<>> calls;  // by symbol name
-  nlohmann::json extra = nlohmann::json::object();  // layer-specific figures (nccl: ranks)
+  nlohmann::json extra = nlohmann::json::object();      // layer-specific figures (nccl: ranks)
 };
 
 // Something slow or broken, with the evidence and what to do about it.
@@ -136,12 +140,17 @@ class Session {
   uint64_t events_recorded = 0;
   uint64_t events_dropped = 0;  // ring buffer reservations that failed, all CPUs
   bool interrupted = false;     // stopped by Ctrl-C or SIGTERM
+  // Every call's duration is kept for exact percentiles; `eacgm serve` runs
+  // for days and keeps its own fixed-bucket histograms instead.
+  bool keep_durations = true;
 
   std::map<uint32_t, ProcessInfo> processes;
   std::map<Layer, LayerState> layers;
   std::map<uint32_t, DeviceMemory> device_memory;  // by pid
   std::vector<Anomaly> anomalies;
   OsActivity os;  // the os layer's signals, OOM kills, mappings and ioctls
+  // The torch layer's operators nest: what each call's self time excludes.
+  NestedTime torch_nesting;
 
   double duration_s() const { return end_ns > start_ns ? (end_ns - start_ns) / 1e9 : 0.0; }
 };

@@ -12,7 +12,6 @@
 namespace eacgm {
 namespace {
 
-
 // The key under which a layer lists its calls, as DESIGN.md names them.
 std::string_view calls_key(Layer layer) {
   switch (layer) {
@@ -151,6 +150,7 @@ nlohmann::json summary_json(const Session& s) {
           for (auto [code, n] : st.errors_by_code) by_code[status_name(layer, code)] = n;
           c["errors_by_code"] = std::move(by_code);
         }
+        if (layer == Layer::kTorch) c["self_ns"] = st.self_ns;
         calls[name] = std::move(c);
       }
       l[calls_key(layer)] = std::move(calls);
@@ -169,19 +169,22 @@ nlohmann::json summary_json(const Session& s) {
   out["memory"] = {{"outstanding_device_bytes", std::move(outstanding)},
                    {"peak_device_bytes", std::move(peak)}};
   json anomalies = json::array();
-  for (const Anomaly& a : s.anomalies) {
-    anomalies.push_back({{"kind", a.kind},
-                         {"layer", layer_name(a.layer)},
-                         {"pid", a.pid ? json(*a.pid) : json(nullptr)},
-                         {"rank", a.rank ? json(*a.rank) : json(nullptr)},
-                         {"t_s", a.t_s},
-                         {"score", a.score},
-                         {"evidence", a.evidence},
-                         {"message", a.message},
-                         {"suggestion", a.suggestion}});
-  }
+  for (const Anomaly& a : s.anomalies) anomalies.push_back(anomaly_json(a));
   out["anomalies"] = std::move(anomalies);
   return out;
+}
+
+nlohmann::json anomaly_json(const Anomaly& a) {
+  using nlohmann::json;
+  return {{"kind", a.kind},
+          {"layer", layer_name(a.layer)},
+          {"pid", a.pid ? json(*a.pid) : json(nullptr)},
+          {"rank", a.rank ? json(*a.rank) : json(nullptr)},
+          {"t_s", a.t_s},
+          {"score", a.score},
+          {"evidence", a.evidence},
+          {"message", a.message},
+          {"suggestion", a.suggestion}};
 }
 
 Result<void> write_summary(const Session& session, const std::string& path) {

@@ -11,6 +11,8 @@
 namespace eacgm {
 
 nlohmann::json summary_json(const Session& session);
+// One anomaly as summary.json's "anomalies" hold it (also eacgm analyze's report).
+nlohmann::json anomaly_json(const Anomaly& anomaly);
 // Written to a temporary file and renamed, so a reader never sees half a summary.
 Result<void> write_summary(const Session& session, const std::string& path);
 std::string text_report(const Session& session);

@@ -1,0 +1,218 @@
+#include "analysis/session_db.h"
+
+#include <fmt/format.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "analysis/leak_detector.h"
+#include "probes/probe_table.h"
+
+namespace eacgm {
+namespace {
+
+struct Db {
+  sqlite3* db = nullptr;
+  ~Db() { sqlite3_close(db); }
+};
+struct Stmt {
+  sqlite3_stmt* stmt = nullptr;
+  ~Stmt() { sqlite3_finalize(stmt); }
+};
+
+// What the memory model needs of an API: its effect, and the argument holding the pointer.
+struct MemoryRole {
+  MemoryEffect effect = MemoryEffect::kNone;
+  std::string pointer_arg;
+};
+
+MemoryRole memory_role(Layer layer, std::string_view name) {
+  for (const ProbeSpec& spec : probe_table(layer)) {
+    if (spec.symbol != name) continue;
+    const Slot slot =
+        spec.memory == MemoryEffect::kDeviceAlloc ? spec.out_slot : spec.memory_ptr_slot;
+    for (const ArgSpec& arg : spec.args) {
+      if (arg.slot == slot) return {spec.memory, std::string(arg.name)};
+    }
+    return {spec.memory, ""};
+  }
+  return {};
+}
+
+uint64_t pointer_arg(const char* args_json, const std::string& name) {
+  if (!args_json || name.empty()) return 0;
+  const nlohmann::json args = nlohmann::json::parse(args_json, nullptr, /*allow_exceptions=*/false);
+  if (!args.is_object() || !args.contains(name)) return 0;
+  const auto& v = args[name];
+  if (v.is_number_unsigned() || v.is_number_integer()) return v.get<uint64_t>();
+  if (v.is_string()) return std::strtoull(v.get<std::string>().c_str(), nullptr, 16);
+  return 0;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string& dir) {
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Error{fmt::format("{}: no such session directory", dir)};
+  }
+  const std::string path = dir + "/events.sqlite";
+  if (stat(path.c_str(), &st) != 0) {
+    return Error{fmt::format("{}: not a session directory (no events.sqlite)", dir)};
+  }
+  Db db;
+  if (sqlite3_open_v2(path.c_str(), &db.db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    return Error{fmt::format("cannot open {}: {}", path, sqlite3_errmsg(db.db))};
+  }
+  auto prepare = [&](const char* sql, Stmt& s) -> Result<void> {
+    if (sqlite3_prepare_v2(db.db, sql, -1, &s.stmt, nullptr) != SQLITE_OK) {
+      return Error{
+          fmt::format("{} is not an eacgm session database: {}", path, sqlite3_errmsg(db.db))};
+    }
+    return {};
+  };
+  auto session = std::make_unique<RecordedSession>();
+  session->dir = dir;
+  {
+    Stmt s;
+    if (auto r = prepare("SELECT key, value FROM meta", s); !r) return r.error();
+    bool versioned = false;
+    int rc;
+    while ((rc = sqlite3_step(s.stmt)) == SQLITE_ROW) {
+      const std::string key = reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 0));
+      const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 1));
+      const uint64_t value = text ? std::strtoull(text, nullptr, 10) : 0;
+      if (key == "schema_version") versioned = value == 1;
+      if (key == "start_ns") session->start_ns = value;
+      if (key == "end_ns") session->end_ns = value;
+    }
+    if (rc != SQLITE_DONE) {
+      return Error{fmt::format("cannot read {}: {}", path, sqlite3_errmsg(db.db))};
+    }
+    if (!versioned)
+      return Error{fmt::format("{}: not an eacgm session database of schema 1", path)};
+  }
+  {
+    Stmt s;
+    if (auto r = prepare("SELECT pid, rank, comm, end_ns FROM processes", s); !r) return r.error();
+    while (sqlite3_step(s.stmt) == SQLITE_ROW) {
+      const auto pid = static_cast<uint32_t>(sqlite3_column_int64(s.stmt, 0));
+      EntityInfo& info = session->processes[pid];
+      if (sqlite3_column_type(s.stmt, 1) != SQLITE_NULL) info.rank = sqlite3_column_int(s.stmt, 1);
+      if (const auto* comm = sqlite3_column_text(s.stmt, 2)) {
+        info.comm = reinterpret_cast<const char*>(comm);
+      }
+      if (sqlite3_column_type(s.stmt, 3) != SQLITE_NULL) {
+        session->process_end_ns[pid] = static_cast<uint64_t>(sqlite3_column_int64(s.stmt, 3));
+      }
+    }
+  }
+  Stmt s;
+  if (auto r = prepare(
+          "SELECT pid, layer, name, start_ns, duration_ns, bytes, error IS NOT NULL, args FROM "
+          "calls ORDER BY id",
+          s);
+      !r) {
+    return r.error();
+  }
+  std::map<std::pair<Layer, std::string_view>, MemoryRole> roles;
+  std::unordered_map<uint32_t, std::pair<int64_t, std::unordered_map<uint64_t, uint64_t>>> memory;
+  int rc;
+  while ((rc = sqlite3_step(s.stmt)) == SQLITE_ROW) {
+    CallSample c;
+    c.pid = static_cast<uint32_t>(sqlite3_column_int64(s.stmt, 0));
+    const auto* layer_text = reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 1));
+    const auto* name_text = reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 2));
+    const std::optional<Layer> layer = layer_from_name(layer_text ? layer_text : "");
+    if (!layer || !name_text) continue;
+    c.layer = *layer;
+    c.name = *session->names.emplace(name_text).first;
+    c.start_ns = static_cast<uint64_t>(sqlite3_column_int64(s.stmt, 3));
+    c.duration_ns = static_cast<uint64_t>(sqlite3_column_int64(s.stmt, 4));
+    c.bytes = static_cast<uint64_t>(sqlite3_column_int64(s.stmt, 5));
+    c.failed = sqlite3_column_int(s.stmt, 6) != 0;
+    auto role = roles.find({c.layer, c.name});
+    if (role == roles.end())
+      role = roles.emplace(std::pair{c.layer, c.name}, memory_role(c.layer, c.name)).first;
+    auto& [outstanding, live] = memory[c.pid];
+    if (!c.failed && role->second.effect == MemoryEffect::kDeviceAlloc) {
+      const uint64_t ptr = pointer_arg(
+          reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 7)), role->second.pointer_arg);
+      if (auto it = live.find(ptr); it != live.end())
+        outstanding -= static_cast<int64_t>(it->second);
+      live[ptr] = c.bytes;
+      outstanding += static_cast<int64_t>(c.bytes);
+    } else if (!c.failed && role->second.effect == MemoryEffect::kDeviceFree) {
+      const uint64_t ptr = pointer_arg(
+          reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 7)), role->second.pointer_arg);
+      if (auto it = live.find(ptr); ptr != 0 && it != live.end()) {
+        outstanding -= static_cast<int64_t>(it->second);
+        live.erase(it);
+      }
+    }
+    c.outstanding_bytes = outstanding;
+    c.memory_event = !c.failed && (role->second.effect == MemoryEffect::kDeviceAlloc ||
+                                   role->second.effect == MemoryEffect::kDeviceFree);
+    session->calls.push_back(c);
+  }
+  if (rc != SQLITE_DONE) {
+    return Error{fmt::format("cannot read the calls of {}: {}", path, sqlite3_errmsg(db.db))};
+  }
+  if (session->end_ns == 0 && !session->calls.empty()) {  // a crashed recording: no end written
+    for (const CallSample& c : session->calls)
+      session->end_ns = std::max(session->end_ns, c.end_ns());
+  }
+  return session;
+}
+
+std::vector<Anomaly> replay_session(const RecordedSession& session, WindowAnalyzer& analyzer,
+                                    LeakDetector* leaks) {
+  std::vector<Anomaly> out;
+  auto take = [&out](std::vector<Anomaly> found) {
+    for (Anomaly& a : found) out.push_back(std::move(a));
+  };
+  analyzer.set_session_start(session.start_ns);
+  analyzer.set_lookup([&session](uint32_t pid) {
+    auto it = session.processes.find(pid);
+    return it == session.processes.end() ? EntityInfo{} : it->second;
+  });
+  // Exits are known up front here; live, each arrives before any window after it closes.
+  for (const auto& [pid, end] : session.process_end_ns) analyzer.end_process(pid, end);
+  uint64_t clock = 0, leak_checked = 0;
+  for (const CallSample& c : session.calls) {
+    analyzer.on_call(c);
+    if (leaks && c.memory_event) leaks->on_memory(c.pid, c.end_ns(), c.outstanding_bytes);
+    // The live loop ticks every 100 ms; the calls' own clock stands in for it.
+    if (c.end_ns() >= clock + 100'000'000) {
+      clock = c.end_ns();
+      take(analyzer.advance(clock));
+      if (leaks && clock >= leak_checked + 1'000'000'000) {
+        leak_checked = clock;
+        take(leaks->check(session.start_ns));
+      }
+    }
+  }
+  take(analyzer.finish(session.end_ns));
+  if (leaks) take(leaks->check(session.start_ns));
+  return out;
+}
+
+std::map<std::string, std::vector<Window>> session_windows(const RecordedSession& session,
+                                                           uint64_t window_ns) {
+  WindowAggregator aggregator(window_ns);
+  for (const auto& [pid, end] : session.process_end_ns) aggregator.end_process(pid, end);
+  for (const CallSample& c : session.calls) aggregator.add(c);
+  std::map<std::string, std::vector<Window>> out;
+  for (Window& w : aggregator.finish(session.end_ns)) {
+    if (w.index < 1) continue;  // setup
+    auto it = session.processes.find(w.pid);
+    out[entity_key(it == session.processes.end() ? EntityInfo{} : it->second)].push_back(
+        std::move(w));
+  }
+  return out;
+}
+
+}  // namespace eacgm

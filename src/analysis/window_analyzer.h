@@ -1,0 +1,105 @@
+// Window-level anomaly detection, live (Recorder::tick) and offline (eacgm analyze): calls become
+// one-second windows per worker (features.h); each worker's first windows after its setup second
+// are its warm-up, from which its baseline is learned (detector_model.h), unless a model learned
+// from healthy runs supplies it; every later window is scored by three detectors:
+//   - "latency": one API's median duration in the window far above its baseline median (at least
+//     min_ratio times, and beyond k robust deviations), in `persist` consecutive windows;
+//   - "throughput": calls per second far below the baseline (by more than min_drop, and beyond k
+//     robust deviations), in `persist` consecutive windows;
+//   - "gmm": the window's log-likelihood under the worker's mixture below the calibrated threshold
+//     in `persist` consecutive windows, explained by the features that deviate most.
+// Each anomaly names the worker (pid, rank), the API where there is one, the time window, the
+// deviating features with their z-scores, and a suggested action. An episode is reported once; the
+// detector re-arms after `persist` normal windows.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "analysis/detector_model.h"
+#include "analysis/features.h"
+#include "session/session.h"
+
+namespace eacgm {
+
+struct AnalyzerOptions {
+  uint64_t window_ns = 1'000'000'000;
+  size_t warmup_windows = 10;  // scored windows start after these (and after the setup second)
+  int persist = 2;             // consecutive anomalous windows before a report
+  double latency_min_ratio = 2.0;
+  double latency_mad_k = 6.0;
+  double throughput_min_drop = 0.5;
+  double throughput_mad_k = 6.0;
+  bool latency = true, throughput = true, gmm = true;
+  BaselineOptions baseline;
+};
+
+// Who a process is, for naming it and for finding its baseline in a model.
+struct EntityInfo {
+  std::optional<int> rank;
+  std::string comm;
+};
+// "rank:R" when the process has a rank, else "comm:NAME".
+std::string entity_key(const EntityInfo& info);
+
+class WindowAnalyzer {
+ public:
+  using Lookup = std::function<EntityInfo(uint32_t pid)>;
+
+  // With `model` (not owned), baselines come from it and no warm-up is needed.
+  explicit WindowAnalyzer(AnalyzerOptions options = {}, const DetectorModel* model = nullptr);
+
+  void set_lookup(Lookup lookup) { lookup_ = std::move(lookup); }
+  void set_session_start(uint64_t start_ns) { session_start_ns_ = start_ns; }
+  void on_call(const CallSample& call) { windows_.add(call); }
+  void end_process(uint32_t pid, uint64_t end_ns) { windows_.end_process(pid, end_ns); }
+  // Drops everything kept about a process (a long-running agent must not keep the dead).
+  void forget(uint32_t pid) {
+    windows_.forget(pid);
+    entities_.erase(pid);
+  }
+  // Anomalies clear from the windows complete by `now_ns`.
+  std::vector<Anomaly> advance(uint64_t now_ns);
+  // The session ended: the remaining complete windows.
+  std::vector<Anomaly> finish(uint64_t end_ns);
+
+  // What each worker got: windows, warm-up, baseline source (for `eacgm analyze`'s report).
+  nlohmann::json report() const;
+
+ private:
+  struct Episode {
+    int hits = 0, misses = 0;
+    bool active = false;
+    uint64_t first_hit_ns = 0;
+  };
+  struct Entity {
+    EntityInfo info;
+    std::string key;
+    std::vector<Window> warmup;
+    std::optional<EntityBaseline> learned;
+    const EntityBaseline* baseline = nullptr;
+    bool gave_up = false;  // the warm-up could not give a baseline
+    size_t windows = 0, scored = 0;
+    Episode gmm, throughput;
+    std::map<std::string, Episode> latency;
+  };
+
+  std::vector<Anomaly> process(std::vector<Window> windows);
+  void score(Entity& e, const Window& w, std::vector<Anomaly>& out);
+  // Counts a hit or a miss; true when this window starts a reportable episode.
+  bool step(Episode& ep, bool hit, const Window& w) const;
+  Anomaly base_anomaly(const Entity& e, uint32_t pid, const Episode& ep, const Window& w) const;
+
+  AnalyzerOptions options_;
+  const DetectorModel* model_;
+  WindowAggregator windows_;
+  Lookup lookup_;
+  uint64_t session_start_ns_ = 0;
+  std::map<uint32_t, Entity> entities_;
+};
+
+}  // namespace eacgm

@@ -1,0 +1,247 @@
+#include "cli/analyze_command.h"
+
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "analysis/detector_model.h"
+#include "analysis/leak_detector.h"
+#include "analysis/session_db.h"
+#include "analysis/window_analyzer.h"
+#include "sinks/summary.h"
+
+namespace eacgm {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;
+constexpr int kExitBadInput = 2;
+
+// Options shared by both commands: how baselines are learned.
+struct LearnArgs {
+  std::string scaling = "standard";
+  double quantile = 0.01;
+  double margin = 6.0;
+  std::optional<double> density;
+  double window_s = 1.0;
+};
+
+struct AnalyzeArgs {
+  std::string session;
+  std::string model;
+  std::string output;
+  size_t warmup = 10;
+  int persist = 2;
+  bool quiet = false;
+  LearnArgs learn;
+};
+
+struct FitArgs {
+  std::vector<std::string> sessions;
+  std::string output;
+  LearnArgs learn;
+};
+
+int fail(int code, const std::string& message) {
+  fmt::print(stderr, "eacgm: error: {}\n", message);
+  return code;
+}
+
+BaselineOptions baseline_options(const LearnArgs& a) {
+  BaselineOptions o;
+  o.scaling = a.scaling == "minmax" ? ScalingKind::kMinMax : ScalingKind::kStandard;
+  o.threshold.quantile = a.quantile;
+  o.threshold.margin = a.margin;
+  if (a.density) {
+    o.threshold.kind = ThresholdRule::Kind::kDensity;
+    o.threshold.density = *a.density;
+  }
+  return o;
+}
+
+void add_learn_options(CLI::App* cmd, LearnArgs& a) {
+  cmd->add_option("--scaling", a.scaling, "feature scaling after clipping at ±3σ")
+      ->check(CLI::IsMember({"standard", "minmax"}))
+      ->capture_default_str();
+  cmd->add_option("--threshold-quantile", a.quantile,
+                  "GMM threshold: this quantile of the training log-likelihoods...")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--threshold-margin", a.margin, "...minus this many nats")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--density", a.density,
+                  "GMM threshold: a window is anomalous when its density is below this (the "
+                  "seed's 1e-5) instead of the quantile rule")
+      ->check(CLI::PositiveNumber);
+}
+
+bool write_json(const std::string& path, const nlohmann::json& j, std::string& error) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    if (!f.flush()) {
+      error = fmt::format("cannot write {}: {}", path, std::strerror(errno));
+      return false;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    error = fmt::format("cannot write {}: {}", path, std::strerror(errno));
+    return false;
+  }
+  return true;
+}
+
+int run_analyze(const AnalyzeArgs& args) {
+  auto session = load_recorded_session(args.session);
+  if (!session) return fail(kExitBadInput, session.error().message);
+  std::optional<DetectorModel> model;
+  if (!args.model.empty()) {
+    auto m = load_detector_model(args.model);
+    if (!m) return fail(kExitBadInput, m.error().message);
+    model = std::move(*m);
+  }
+  AnalyzerOptions options;
+  options.window_ns = static_cast<uint64_t>((model ? model->window_s : args.learn.window_s) * 1e9);
+  options.warmup_windows = args.warmup;
+  options.persist = args.persist;
+  options.baseline = baseline_options(args.learn);
+  WindowAnalyzer analyzer(options, model ? &*model : nullptr);
+  LeakDetector leaks;
+  std::vector<Anomaly> anomalies = replay_session(**session, analyzer, &leaks);
+  std::stable_sort(anomalies.begin(), anomalies.end(),
+                   [](const Anomaly& a, const Anomaly& b) { return a.t_s < b.t_s; });
+
+  nlohmann::json report;
+  report["session"] = args.session;
+  report["model"] = args.model.empty() ? nlohmann::json(nullptr) : nlohmann::json(args.model);
+  report["window_s"] = static_cast<double>(options.window_ns) / 1e9;
+  report["warmup_windows"] = model ? 0 : args.warmup;
+  report["calls"] = (*session)->calls.size();
+  report["workers"] = analyzer.report();
+  nlohmann::json list = nlohmann::json::array();
+  for (const Anomaly& a : anomalies) list.push_back(anomaly_json(a));
+  report["anomalies"] = std::move(list);
+  if (!args.output.empty()) {
+    std::string error;
+    if (!write_json(args.output, report, error)) return fail(kExitBadInput, error);
+  }
+  if (!args.quiet) {
+    fmt::print(
+        "{}: {} calls, {} workers, baseline from {}\n", args.session, (*session)->calls.size(),
+        report["workers"].size(),
+        model ? "model " + args.model : fmt::format("each worker's first {} s", args.warmup));
+    for (const auto& w : report["workers"]) {
+      fmt::print("  pid {} {}: {} windows, {} scored, baseline: {}\n", w["pid"].get<uint32_t>(),
+                 w["key"].get<std::string>(), w["windows"].get<size_t>(),
+                 w["scored_windows"].get<size_t>(), w["baseline"].get<std::string>());
+    }
+    fmt::print("anomalies: {}\n", anomalies.size());
+    for (const Anomaly& a : anomalies) {
+      fmt::print("  [{}] {} at {:.1f} s: {}\n      suggestion: {}\n", a.kind, layer_name(a.layer),
+                 a.t_s, a.message, a.suggestion);
+    }
+  }
+  return kExitOk;
+}
+
+int run_model_fit(const FitArgs& args) {
+  std::map<std::string, std::vector<Window>> windows;
+  const auto width = static_cast<uint64_t>(args.learn.window_s * 1e9);
+  // The windows' API names point into their session: keep every session until the fit is done.
+  std::vector<std::unique_ptr<RecordedSession>> sessions;
+  for (const std::string& dir : args.sessions) {
+    auto session = load_recorded_session(dir);
+    if (!session) return fail(kExitBadInput, session.error().message);
+    sessions.push_back(std::move(*session));
+    for (auto& [key, ws] : session_windows(*sessions.back(), width)) {
+      auto& all = windows[key];
+      auto& pooled = windows["*"];
+      all.insert(all.end(), ws.begin(), ws.end());
+      pooled.insert(pooled.end(), ws.begin(), ws.end());
+    }
+  }
+  DetectorModel model;
+  model.window_s = args.learn.window_s;
+  const BaselineOptions options = baseline_options(args.learn);
+  for (const auto& [key, ws] : windows) {
+    auto b = EntityBaseline::fit(ws, options);
+    if (!b) {
+      fmt::print(stderr, "eacgm: warning: worker '{}': {}\n", key, b.error().message);
+      continue;
+    }
+    fmt::print(
+        "worker {}: {} windows, {} features, {} GMM components, {} APIs with a latency "
+        "baseline, {:.0f} calls/s\n",
+        key, b->windows, b->scaler.features.size(), b->gmm ? b->gmm->n_components() : 0,
+        b->latency.size(), b->call_rate_median);
+    model.entities.emplace(key, std::move(*b));
+  }
+  if (model.entities.empty()) {
+    return fail(kExitFailed, "no worker has enough complete one-second windows for a baseline");
+  }
+  if (auto r = save_detector_model(args.output, model); !r)
+    return fail(kExitBadInput, r.error().message);
+  fmt::print("model of {} workers -> {}\n", model.entities.size(), args.output);
+  return kExitOk;
+}
+
+template <typename Fn>
+int guarded(Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    return fail(kExitFailed, e.what());
+  }
+}
+
+}  // namespace
+
+void add_analyze_commands(CLI::App& app, std::function<int()>& run) {
+  auto analyze_args = std::make_shared<AnalyzeArgs>();
+  CLI::App* analyze = app.add_subcommand(
+      "analyze", "find anomalies in a recorded session (latency, throughput, GMM, leaks)");
+  analyze->add_option("session", analyze_args->session, "session directory")->required();
+  analyze->add_option("-m,--model", analyze_args->model,
+                      "baselines from 'eacgm model fit' (default: each worker's own warm-up)");
+  analyze->add_option("-o,--output", analyze_args->output, "report JSON file to write");
+  analyze
+      ->add_option("--warmup", analyze_args->warmup,
+                   "one-second windows of each worker that form its baseline")
+      ->check(CLI::Range(5, 100000))
+      ->capture_default_str();
+  analyze
+      ->add_option("--persist", analyze_args->persist,
+                   "consecutive anomalous windows before a report")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  analyze->add_flag("-q,--quiet", analyze_args->quiet, "print nothing");
+  add_learn_options(analyze, analyze_args->learn);
+  analyze->callback([analyze_args, &run] {
+    run = [analyze_args] { return guarded([&] { return run_analyze(*analyze_args); }); };
+  });
+
+  CLI::App* model = app.add_subcommand("model", "anomaly models learned from healthy sessions");
+  model->require_subcommand(1);
+  auto fit_args = std::make_shared<FitArgs>();
+  CLI::App* fit =
+      model->add_subcommand("fit", "learn each worker's baseline from healthy sessions");
+  fit->add_option("sessions", fit_args->sessions, "session directories")->required();
+  fit->add_option("-o,--output", fit_args->output, "model JSON file to write")->required();
+  fit->add_option("--window", fit_args->learn.window_s, "window length, seconds")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  add_learn_options(fit, fit_args->learn);
+  fit->callback([fit_args, &run] {
+    run = [fit_args] { return guarded([&] { return run_model_fit(*fit_args); }); };
+  });
+}
+
+}  // namespace eacgm

@@ -1,0 +1,283 @@
+#include "serve/serve_metrics.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+namespace eacgm {
+namespace {
+
+std::string optional_number(const std::optional<int>& n) { return n ? std::to_string(*n) : ""; }
+
+std::string gpu_family(const GpuMetricInfo& info) { return fmt::format("eacgm_gpu_{}", info.key); }
+
+}  // namespace
+
+ServeMetrics::ServeMetrics(Options options, std::string version)
+    : options_(options), version_(std::move(version)) {}
+
+std::vector<MetricFamilyInfo> ServeMetrics::families() {
+  std::vector<MetricFamilyInfo> out = {
+      {"eacgm_build_info", "gauge", "The eacgm version serving these metrics (always 1)."},
+      {"eacgm_layer_active", "gauge",
+       "1 when the layer traces something (its library was found, NVML loads), else 0."},
+      {"eacgm_events_total", "counter", "Events decoded from the ring buffer."},
+      {"eacgm_events_dropped_total", "counter",
+       "Events lost because the ring buffer was full (failed reservations, all CPUs)."},
+      {"eacgm_processes_traced", "gauge", "Processes being traced now."},
+      {"eacgm_calls_total", "counter", "Finished calls, by layer and API or collective."},
+      {"eacgm_call_errors_total", "counter", "Calls that returned an error status."},
+      {"eacgm_call_bytes_total", "counter",
+       "Bytes the calls moved or allocated (successful calls only)."},
+      {"eacgm_call_duration_seconds", "histogram", "Call latency, by layer and API or collective."},
+      {"eacgm_collective_duration_seconds", "histogram",
+       "NCCL collective latency of each rank (the rank from its communicator)."},
+      {"eacgm_process_info", "gauge",
+       "A traced process's identity: rank, job and cgroup (always 1)."},
+      {"eacgm_process_device_memory_bytes", "gauge",
+       "Device memory a process allocated and has not freed (traced cudaMalloc/cudaFree)."},
+      {"eacgm_anomalies_total", "counter", "Anomalies detected, by kind and layer."},
+      {"eacgm_anomaly_timestamp_seconds", "gauge",
+       "Unix time of the latest anomaly of this kind for this rank or process (recent ones)."},
+      {"eacgm_gpu_memory_total_bytes", "gauge", "Device memory of each GPU (NVML)."},
+      {"eacgm_gpu_events_total", "counter", "XID and ECC events each GPU reported (NVML)."},
+  };
+  for (const GpuMetricInfo& info : gpu_metrics()) {
+    out.push_back(
+        {gpu_family(info), "gauge",
+         fmt::format("Latest NVML reading of each GPU: {} ({}).", info.label, info.unit)});
+  }
+  return out;
+}
+
+ServeMetrics::ApiStats& ServeMetrics::api(const CallRecord& call) {
+  if (auto it = by_spec_.find(call.spec); it != by_spec_.end()) return *it->second;
+  auto names = names_.try_emplace(call.layer(), options_.max_names_per_layer).first;
+  const std::string label(names->second.admit(call.name()));
+  auto [it, fresh] = apis_.try_emplace({call.layer(), label});
+  if (fresh) {
+    it->second.layer = call.layer();
+    it->second.name = label;
+  }
+  by_spec_.emplace(call.spec, &it->second);
+  return it->second;
+}
+
+void ServeMetrics::on_call(const CallRecord& call) {
+  std::lock_guard lock(mu_);
+  ApiStats& stats = api(call);
+  ++stats.calls;
+  stats.latency.observe(call.duration_ns);
+  if (call.failed()) {
+    ++stats.errors;
+  } else {
+    stats.bytes += call.bytes();
+  }
+  if (call.collective && call.spec->role == CallRole::kCollective) {
+    auto it = collectives_.find(call.pid);
+    if (it == collectives_.end()) {
+      if (collectives_.size() >= options_.max_processes) return;
+      it = collectives_.emplace(call.pid, RankCollectives{}).first;
+    }
+    it->second.rank = call.collective->rank;
+    it->second.latency.observe(call.duration_ns);
+  }
+}
+
+void ServeMetrics::on_gpu_sample(const GpuSample& sample) {
+  std::lock_guard lock(mu_);
+  GpuDevice& gpu = gpus_[sample.device];
+  gpu.values = sample.values;
+  if (sample.memory_total_bytes) gpu.memory_total_bytes = sample.memory_total_bytes;
+}
+
+void ServeMetrics::on_gpu_event(const GpuEvent& event) {
+  std::lock_guard lock(mu_);
+  ++gpus_[event.device].events[std::string(gpu_event_kind_name(event.kind))];
+}
+
+void ServeMetrics::on_anomaly(const Anomaly& anomaly, double unix_time_s) {
+  std::lock_guard lock(mu_);
+  ++anomaly_counts_[{anomaly.kind, std::string(layer_name(anomaly.layer))}];
+  std::string job;
+  if (anomaly.pid) {
+    if (auto it = processes_.find(*anomaly.pid); it != processes_.end()) job = it->second.job_id;
+  }
+  recent_.push_back({anomaly, std::move(job), unix_time_s});
+  while (recent_.size() > options_.max_anomalies) recent_.pop_front();
+}
+
+void ServeMetrics::update_process(ServedProcess process) {
+  std::lock_guard lock(mu_);
+  const uint32_t pid = process.pid;
+  processes_.insert_or_assign(pid, std::move(process));
+}
+
+void ServeMetrics::forget_process(uint32_t pid) {
+  std::lock_guard lock(mu_);
+  processes_.erase(pid);
+  collectives_.erase(pid);
+}
+
+void ServeMetrics::set_event_counts(uint64_t recorded, uint64_t dropped) {
+  std::lock_guard lock(mu_);
+  events_ = recorded;
+  dropped_ = dropped;
+}
+
+void ServeMetrics::set_layer_active(Layer layer, bool active) {
+  std::lock_guard lock(mu_);
+  layers_[layer] = active;
+}
+
+size_t ServeMetrics::processes() const {
+  std::lock_guard lock(mu_);
+  return processes_.size();
+}
+
+Labels ServeMetrics::process_labels(uint32_t pid) const {
+  Labels labels = {{"pid", std::to_string(pid)}};
+  auto it = processes_.find(pid);
+  labels.emplace_back("rank", it == processes_.end() ? "" : optional_number(it->second.rank));
+  labels.emplace_back("job_id", it == processes_.end() ? "" : it->second.job_id);
+  return labels;
+}
+
+std::string ServeMetrics::render() const {
+  std::lock_guard lock(mu_);
+  std::map<std::string, MetricFamilyInfo> info;
+  for (MetricFamilyInfo& f : families()) info.emplace(f.name, std::move(f));
+  Exposition out;
+  auto family = [&](const std::string& name) {
+    const MetricFamilyInfo& f = info.at(name);
+    out.family(f.name, f.type, f.help);
+  };
+
+  family("eacgm_build_info");
+  out.sample("eacgm_build_info", {{"version", version_}}, 1);
+  family("eacgm_layer_active");
+  for (const auto& [layer, active] : layers_) {
+    out.sample("eacgm_layer_active", {{"layer", std::string(layer_name(layer))}}, active ? 1 : 0);
+  }
+  family("eacgm_events_total");
+  out.sample("eacgm_events_total", {}, static_cast<double>(events_));
+  family("eacgm_events_dropped_total");
+  out.sample("eacgm_events_dropped_total", {}, static_cast<double>(dropped_));
+  family("eacgm_processes_traced");
+  out.sample("eacgm_processes_traced", {}, static_cast<double>(processes_.size()));
+
+  auto api_labels = [](const ApiStats& s) {
+    return Labels{{"layer", std::string(layer_name(s.layer))}, {"api", s.name}};
+  };
+  family("eacgm_calls_total");
+  for (const auto& [key, s] : apis_) out.sample("eacgm_calls_total", api_labels(s), s.calls);
+  family("eacgm_call_errors_total");
+  for (const auto& [key, s] : apis_) out.sample("eacgm_call_errors_total", api_labels(s), s.errors);
+  family("eacgm_call_bytes_total");
+  for (const auto& [key, s] : apis_) out.sample("eacgm_call_bytes_total", api_labels(s), s.bytes);
+  family("eacgm_call_duration_seconds");
+  for (const auto& [key, s] : apis_) {
+    out.histogram("eacgm_call_duration_seconds", api_labels(s), s.latency);
+  }
+  family("eacgm_collective_duration_seconds");
+  for (const auto& [pid, c] : collectives_) {
+    Labels labels = process_labels(pid);
+    labels[1].second = std::to_string(c.rank);  // the communicator's word on the rank
+    out.histogram("eacgm_collective_duration_seconds", labels, c.latency);
+  }
+
+  family("eacgm_process_info");
+  size_t n = 0;
+  for (const auto& [pid, p] : processes_) {
+    if (n++ >= options_.max_processes) break;
+    out.sample("eacgm_process_info",
+               {{"pid", std::to_string(pid)},
+                {"comm", p.comm},
+                {"rank", optional_number(p.rank)},
+                {"local_rank", optional_number(p.local_rank)},
+                {"world_size", optional_number(p.world_size)},
+                {"job_id", p.job_id},
+                {"cgroup", p.cgroup}},
+               1);
+  }
+  family("eacgm_process_device_memory_bytes");
+  n = 0;
+  for (const auto& [pid, p] : processes_) {
+    if (n++ >= options_.max_processes) break;
+    out.sample("eacgm_process_device_memory_bytes", process_labels(pid),
+               static_cast<double>(p.device_memory_bytes));
+  }
+
+  family("eacgm_anomalies_total");
+  for (const auto& [key, count] : anomaly_counts_) {
+    out.sample("eacgm_anomalies_total", {{"kind", key.first}, {"layer", key.second}},
+               static_cast<double>(count));
+  }
+  family("eacgm_anomaly_timestamp_seconds");
+  {
+    // One series per (kind, layer, rank, pid, job): the latest time it was reported.
+    std::map<std::vector<std::string>, double> latest;
+    for (const RecentAnomaly& r : recent_) {
+      const Anomaly& a = r.anomaly;
+      std::vector<std::string> key = {a.kind, std::string(layer_name(a.layer)),
+                                      optional_number(a.rank), a.pid ? std::to_string(*a.pid) : "",
+                                      r.job_id};
+      double& t = latest[std::move(key)];
+      t = std::max(t, r.unix_time_s);
+    }
+    for (const auto& [k, t] : latest) {
+      out.sample("eacgm_anomaly_timestamp_seconds",
+                 {{"kind", k[0]}, {"layer", k[1]}, {"rank", k[2]}, {"pid", k[3]}, {"job_id", k[4]}},
+                 t);
+    }
+  }
+
+  family("eacgm_gpu_memory_total_bytes");
+  for (const auto& [device, gpu] : gpus_) {
+    if (gpu.memory_total_bytes) {
+      out.sample("eacgm_gpu_memory_total_bytes", {{"device", std::to_string(device)}},
+                 static_cast<double>(*gpu.memory_total_bytes));
+    }
+  }
+  family("eacgm_gpu_events_total");
+  for (const auto& [device, gpu] : gpus_) {
+    for (const auto& [kind, count] : gpu.events) {
+      out.sample("eacgm_gpu_events_total", {{"device", std::to_string(device)}, {"kind", kind}},
+                 static_cast<double>(count));
+    }
+  }
+  for (const GpuMetricInfo& m : gpu_metrics()) {
+    const std::string name = gpu_family(m);
+    family(name);
+    for (const auto& [device, gpu] : gpus_) {
+      if (const auto& v = gpu.values[static_cast<size_t>(m.metric)]) {
+        out.sample(name, {{"device", std::to_string(device)}}, *v);
+      }
+    }
+  }
+  return out.text();
+}
+
+std::string ServeMetrics::anomalies_json() const {
+  std::lock_guard lock(mu_);
+  nlohmann::json list = nlohmann::json::array();
+  for (const RecentAnomaly& r : recent_) {
+    const Anomaly& a = r.anomaly;
+    list.push_back({{"kind", a.kind},
+                    {"layer", layer_name(a.layer)},
+                    {"pid", a.pid ? nlohmann::json(*a.pid) : nlohmann::json()},
+                    {"rank", a.rank ? nlohmann::json(*a.rank) : nlohmann::json()},
+                    {"job_id", r.job_id},
+                    {"time", r.unix_time_s},
+                    {"t_s", a.t_s},
+                    {"score", a.score},
+                    {"evidence", a.evidence},
+                    {"message", a.message},
+                    {"suggestion", a.suggestion}});
+  }
+  return nlohmann::json{{"anomalies", std::move(list)}}.dump(
+             2, ' ', false, nlohmann::json::error_handler_t::replace) +
+         "\n";
+}
+
+}  // namespace eacgm

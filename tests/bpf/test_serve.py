@@ -1,0 +1,394 @@
+"""bpf: `eacgm serve` scraped by a real Prometheus (Debian's `prometheus`,
+started here on loopback with a 1 s scrape interval). The simulated
+multi-rank NCCL job runs while serve traces it; Prometheus must then hold the
+exact call counts the ranks printed and the straggler anomaly naming the
+injected slow rank. Two serve instances, each limited to its own cgroup v2,
+stand for two nodes: `eacgm cluster` must name the node with the slow rank.
+
+The job is held (after mapping the traced libraries, before its first call)
+until serve reports the process: serve finds new processes by scanning /proc
+every 0.5 s, so a job's first half second is not traced, and exact counts
+need the whole job. Each test puts its jobs in cgroups of its own, so jobs of
+tests running in parallel are never counted."""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import unittest
+import urllib.parse
+import urllib.request
+import uuid
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from eacgm_testlib import (EACGM, SIM_LIB_DIR, SIMNCCL_JOB, EacgmTest, bpf_links_of,  # noqa: E402
+                           live_bpf_links, require_root)
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+NCCL_APIS = ["ncclCommInitRank", "ncclAllReduce", "ncclBroadcast", "ncclGroupStart",
+             "ncclGroupEnd", "ncclSend", "ncclRecv", "ncclCommDestroy"]
+
+# Maps the simulated libraries (as the job will), says so, waits for a line
+# on stdin, then becomes the job: same pid, already traced.
+HOLD = """
+import ctypes, os, sys
+ctypes.CDLL(os.path.join(sys.argv[1], "libnccl.so.2"))
+ctypes.CDLL(os.path.join(sys.argv[1], "libcudart.so.13"))
+print("held", flush=True)
+sys.stdin.readline()
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url, timeout=5):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def cgroup2_root():
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            fields = line.split()
+            if fields[2] == "cgroup2":
+                return fields[1]
+    return None
+
+
+def parse_metrics(text):
+    """{(name, frozenset(labels)): value} of a Prometheus text exposition."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$', line)
+        assert m, f"not a sample line: {line!r}"
+        labels = frozenset(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
+        out[(m.group(1), labels)] = float(m.group(4))
+    return out
+
+
+def rank_lines(stdout):
+    """{rank: {"pid": pid, api: count}} from the job's per-rank ground truth lines."""
+    ranks = {}
+    for line in stdout.splitlines():
+        if line.startswith("simnccl_job rank="):
+            fields = dict(f.split("=", 1) for f in line.split()[1:])
+            ranks[int(fields["rank"])] = fields
+    return ranks
+
+
+class Prometheus:
+    def __init__(self, tmp, targets):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = os.path.join(tmp, "prometheus.yml")
+        with open(config, "w") as f:
+            f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                    "scrape_configs:\n  - job_name: eacgm\n    static_configs:\n"
+                    f"      - targets: {json.dumps(targets)}\n")
+        self.log = open(os.path.join(tmp, "prometheus.log"), "w+")
+        self.proc = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp}/tsdb",
+             f"--web.listen-address=127.0.0.1:{self.port}"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                if "Ready" in http_get(self.url + "/-/ready"):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise AssertionError("prometheus did not start:\n" + self.tail())
+
+    def tail(self):
+        self.log.seek(0)
+        return self.log.read()[-3000:]
+
+    def query(self, promql):
+        body = json.loads(http_get(self.url + "/api/v1/query?" +
+                                   urllib.parse.urlencode({"query": promql})))
+        assert body["status"] == "success", body
+        return body["data"]["result"]
+
+    def values(self, promql, label):
+        return {r["metric"].get(label, ""): float(r["value"][1]) for r in self.query(promql)}
+
+    def wait_for(self, promql, label, expected, timeout=20):
+        """Polls until the query's values equal `expected` ({label value: value}):
+        Prometheus sees serve's counters one scrape later. Returns the last values."""
+        deadline = time.time() + timeout
+        got = None
+        while time.time() < deadline:
+            got = self.values(promql, label)
+            if got == expected:
+                break
+            time.sleep(0.5)
+        return got
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+class ServeTest(EacgmTest):
+    def setUp(self):
+        require_root(self)
+        if not os.path.exists(PROMETHEUS):
+            self.skipTest("prometheus is not installed (scripts/install-deps.sh installs it)")
+        self.cg_root = cgroup2_root()
+        if self.cg_root is None:
+            self.skipTest("no cgroup v2 hierarchy is mounted")
+        super().setUp()
+        self.cgroups, self.serves, self.jobs, self.prometheus = [], [], [], None
+
+    def tearDown(self):
+        for job in self.jobs:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+            job.stdout.close()
+            if not job.stdin.closed:
+                job.stdin.close()
+        for serve in self.serves:
+            if serve.poll() is None:
+                serve.kill()
+                serve.wait()
+            serve.log.close()
+        if self.prometheus:
+            self.prometheus.stop()
+        for cg in self.cgroups:
+            for _ in range(50):
+                try:
+                    os.rmdir(cg)
+                    break
+                except OSError:
+                    time.sleep(0.1)
+        super().tearDown()
+
+    def cgroup(self):
+        path = os.path.join(self.cg_root, f"eacgm-test-{uuid.uuid4().hex[:8]}")
+        os.mkdir(path)
+        self.cgroups.append(path)
+        return path
+
+    def serve(self, port, cgroup):
+        name = f"serve-{port}"
+        err = open(os.path.join(self.tmp, name + ".log"), "w+")
+        p = subprocess.Popen([EACGM, "serve", "--listen", f"127.0.0.1:{port}", "--cgroup", cgroup,
+                              "--layers", "cuda,nccl"], stdout=err, stderr=subprocess.STDOUT)
+        p.log = err
+        p.url = f"http://127.0.0.1:{port}"
+        self.serves.append(p)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            err.seek(0)
+            if "eacgm: serving" in err.read():
+                return p
+            self.assertIsNone(p.poll(), self.log_of(p))
+            time.sleep(0.1)
+        raise AssertionError("serve did not start:\n" + self.log_of(p))
+
+    def log_of(self, p):
+        p.log.seek(0)
+        return p.log.read()[-4000:]
+
+    def metrics(self, serve):
+        return parse_metrics(http_get(serve.url + "/metrics"))
+
+    def traced_pids(self, serve):
+        return {int(dict(labels)["pid"]) for (name, labels) in self.metrics(serve)
+                if name == "eacgm_process_info"}
+
+    def held_job(self, cgroup, serve, args):
+        """Starts simnccl_job in `cgroup`, released once `serve` traces it."""
+        def enter_cgroup():
+            with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+
+        job = subprocess.Popen(["/usr/bin/python3.11", "-c", HOLD, SIM_LIB_DIR, SIMNCCL_JOB, *args],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                               preexec_fn=enter_cgroup)
+        self.jobs.append(job)
+        self.assertEqual(job.stdout.readline(), "held\n")
+        deadline = time.time() + 10
+        while job.pid not in self.traced_pids(serve):
+            self.assertLess(time.time(), deadline, "serve never traced the job:\n" + self.log_of(serve))
+            time.sleep(0.1)
+        return job
+
+    def release(self, job):
+        job.stdin.write("go\n")
+        job.stdin.close()
+
+    def finish_job(self, job):
+        out = job.stdout.read()
+        self.assertEqual(job.wait(timeout=60), 0, out)
+        ranks = rank_lines(out)
+        self.assertTrue(ranks, out)
+        return ranks
+
+    def expected_counts(self, ranks, apis):
+        return {api: float(sum(int(r.get(api, 0)) for r in ranks.values())) for api in apis}
+
+    def test_exact_counters_and_straggler_in_prometheus(self):
+        cg = self.cgroup()
+        port = free_port()
+        serve = self.serve(port, cg)
+        links = bpf_links_of(serve.pid)
+        self.assertTrue(links)
+        self.prometheus = Prometheus(self.tmp, [f"127.0.0.1:{port}"])
+        job = self.held_job(cg, serve, ["--ranks", "4", "--steps", "40", "--slow-rank", "2",
+                                        "--slow-ms", "20"])
+        self.release(job)
+        ranks = self.finish_job(job)
+        self.assertEqual(sorted(ranks), [0, 1, 2, 3])
+
+        # Exact NCCL counts: the ranks' own ground truth (4 x 40 all-reduces...).
+        nccl = self.expected_counts(ranks, NCCL_APIS)
+        self.assertEqual(nccl["ncclAllReduce"], 160)
+        got = self.prometheus.wait_for('eacgm_calls_total{layer="nccl"}', "api", nccl)
+        self.assertEqual(got, nccl, self.log_of(serve))
+        # Every CUDA API serve exports is one the ranks counted, with their count.
+        cuda_got = self.prometheus.values('eacgm_calls_total{layer="cuda"}', "api")
+        self.assertTrue({"cudaMalloc", "cudaFree", "cudaLaunchKernel",
+                         "cudaStreamSynchronize"} <= set(cuda_got), cuda_got)
+        self.assertEqual(cuda_got, self.expected_counts(ranks, cuda_got))
+        self.assertEqual(self.prometheus.values('eacgm_call_errors_total{layer="nccl"}', "api"),
+                         {api: 0.0 for api in NCCL_APIS})
+        self.assertEqual(
+            self.prometheus.values('eacgm_call_bytes_total{api="ncclAllReduce"}', "api"),
+            {"ncclAllReduce": 160 * 4194304.0})
+        # Histogram count == counter, per API.
+        self.assertEqual(
+            self.prometheus.values(
+                'sum by (api) (eacgm_call_duration_seconds_count{layer="nccl"})', "api"), nccl)
+        self.assertEqual(
+            self.prometheus.values('eacgm_call_duration_seconds_bucket{api="ncclAllReduce",'
+                                   'le="+Inf"}', "api"), {"ncclAllReduce": 160.0})
+        self.assertEqual(self.prometheus.values("eacgm_events_dropped_total", "job"), {"eacgm": 0.0})
+
+        # The straggler: one anomaly, naming the injected slow rank and its pid.
+        # (Only the NCCL layer's verdicts are checked: the per-process GMM
+        # detector may flag a rank's changing call rate, which is its business.)
+        anomalies = self.prometheus.query('eacgm_anomaly_timestamp_seconds{layer="nccl"}')
+        self.assertEqual([(a["metric"]["kind"], a["metric"]["rank"]) for a in anomalies],
+                         [("straggler", "2")], anomalies)
+        self.assertEqual(int(anomalies[0]["metric"]["pid"]), int(ranks[2]["pid"]))
+        self.assertEqual(self.prometheus.values('eacgm_anomalies_total{layer="nccl"}', "kind"),
+                         {"straggler": 1.0})
+        listed = json.loads(http_get(serve.url + "/anomalies"))["anomalies"]
+        self.assertEqual([(a["kind"], a["rank"], a["pid"]) for a in listed if a["layer"] == "nccl"],
+                         [("straggler", 2, int(ranks[2]["pid"]))])
+        health = json.loads(http_get(serve.url + "/healthz"))
+        self.assertEqual(health["status"], "ok")
+
+        # Dead processes are released: their series go away.
+        deadline = time.time() + 10
+        while self.traced_pids(serve) and time.time() < deadline:
+            time.sleep(0.2)
+        self.assertEqual(self.traced_pids(serve), set())
+
+        # SIGTERM: a clean exit, every probe removed.
+        serve.send_signal(signal.SIGTERM)
+        self.assertEqual(serve.wait(timeout=30), 0, self.log_of(serve))
+        self.assertFalse(links & live_bpf_links(), "links left behind after SIGTERM")
+
+    def test_two_nodes_cluster_names_the_node_with_the_slow_rank(self):
+        cg_a, cg_b = self.cgroup(), self.cgroup()
+        port_a, port_b = free_port(), free_port()
+        node_a, node_b = self.serve(port_a, cg_a), self.serve(port_b, cg_b)
+        self.prometheus = Prometheus(self.tmp, [f"127.0.0.1:{port_a}", f"127.0.0.1:{port_b}"])
+        healthy = self.held_job(cg_a, node_a, ["--ranks", "2", "--steps", "30"])
+        slow = self.held_job(cg_b, node_b, ["--ranks", "4", "--steps", "40", "--slow-rank", "1",
+                                            "--slow-ms", "20"])
+        # Each node traces only its own cgroup.
+        self.assertNotIn(slow.pid, self.traced_pids(node_a))
+        self.assertNotIn(healthy.pid, self.traced_pids(node_b))
+        self.release(healthy)
+        self.release(slow)
+        ranks_a, ranks_b = self.finish_job(healthy), self.finish_job(slow)
+
+        by_node = self.prometheus.wait_for(
+            'sum by (instance) (eacgm_calls_total{api="ncclAllReduce"})', "instance",
+            {f"127.0.0.1:{port_a}": 60.0, f"127.0.0.1:{port_b}": 160.0})
+        self.assertEqual(by_node, {f"127.0.0.1:{port_a}": 60.0, f"127.0.0.1:{port_b}": 160.0})
+        self.assertEqual(len(ranks_a), 2)
+
+        deadline = time.time() + 15
+        while time.time() < deadline and not self.prometheus.query(
+                'eacgm_anomaly_timestamp_seconds{kind="straggler"}'):
+            time.sleep(0.5)
+        out = subprocess.run([EACGM, "cluster", "--prometheus", self.prometheus.url, "--json"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        report = json.loads(out.stdout)
+        self.assertEqual(sorted(n["node"] for n in report["nodes"]),
+                         sorted([f"127.0.0.1:{port_a}", f"127.0.0.1:{port_b}"]))
+        self.assertEqual([(s["node"], s["rank"], s["pid"]) for s in report["stragglers"]],
+                         [(f"127.0.0.1:{port_b}", 1, int(ranks_b[1]["pid"]))], report)
+        self.assertEqual(report["hangs"], [])
+        self.assertEqual([o for o in report["other"] if o["layer"] == "nccl"], [])
+        text = subprocess.run([EACGM, "cluster", "--prometheus", self.prometheus.url],
+                              capture_output=True, text=True, timeout=30)
+        self.assertEqual(text.returncode, 0, text.stderr)
+        self.assertIn(f"straggler: rank 1, pid {ranks_b[1]['pid']} on node 127.0.0.1:{port_b}",
+                      text.stdout)
+
+
+class ServeErrors(EacgmTest):
+    """Bad input is exit code 2 with a message that names the problem."""
+
+    def setUp(self):
+        require_root(self)
+        super().setUp()
+
+    def serve_fails(self, *args):
+        p = subprocess.run([EACGM, "serve", *args], capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        return p.stderr
+
+    def test_bad_listen_address(self):
+        self.assertIn("expected HOST:PORT", self.serve_fails("--listen", "9412"))
+        self.assertIn("is not an IP address", self.serve_fails("--listen", "nowhere:9412"))
+        self.assertIn("is not a port number", self.serve_fails("--listen", "127.0.0.1:70000"))
+
+    def test_port_in_use(self):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+            port = s.getsockname()[1]
+            err = self.serve_fails("--listen", f"127.0.0.1:{port}")
+        self.assertIn(f"cannot listen on 127.0.0.1:{port}: Address already in use", err)
+
+    def test_nonexistent_cgroup(self):
+        err = self.serve_fails("--listen", "127.0.0.1:0", "--cgroup", "/no-such-cgroup-eacgm")
+        self.assertIn("--cgroup /no-such-cgroup-eacgm: no such cgroup", err)
+
+    def test_cluster_without_prometheus(self):
+        port = free_port()  # nothing listens there
+        p = subprocess.run([EACGM, "cluster", "--prometheus", f"http://127.0.0.1:{port}"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn(f"cannot reach Prometheus at http://127.0.0.1:{port}", p.stderr)
+        p = subprocess.run([EACGM, "cluster", "--prometheus", "prom:9090"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 2, p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,213 @@
+// The Prometheus text format as eacgm serve writes it: escaping, values,
+// histogram buckets (cumulative, le as <=), bounded label values, and the
+// families the Grafana dashboard may use.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "serve/discovery.h"
+#include "serve/exposition.h"
+#include "serve/http_server.h"
+#include "serve/serve_metrics.h"
+
+namespace eacgm {
+namespace {
+
+TEST(ServeExposition, EscapesLabelValuesAndHelp) {
+  EXPECT_EQ(escape_label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+  EXPECT_EQ(escape_help("x\\y\nz \"q\""), "x\\\\y\\nz \"q\"");
+  Exposition e;
+  e.family("m_total", "counter", "Help with\nnewline.");
+  e.sample("m_total", {{"api", "say \"hi\""}, {"layer", "cuda"}}, 3);
+  EXPECT_EQ(e.text(),
+            "# HELP m_total Help with\\nnewline.\n# TYPE m_total counter\n"
+            "m_total{api=\"say \\\"hi\\\"\",layer=\"cuda\"} 3\n");
+}
+
+TEST(ServeExposition, FormatsValues) {
+  EXPECT_EQ(format_value(12345678901.0), "12345678901");
+  EXPECT_EQ(format_value(0.25), "0.25");
+  EXPECT_EQ(format_value(1e-6), "1e-06");
+  EXPECT_EQ(format_value(std::numeric_limits<double>::infinity()), "+Inf");
+  EXPECT_EQ(format_value(std::nan("")), "NaN");
+}
+
+TEST(ServeHistogram, BucketsAreCumulativeAndInclusive) {
+  LatencyHistogram h;
+  h.observe(1'000);           // exactly 1 µs: in le="1e-06"
+  h.observe(1'001);           // just above: le="2.5e-06"
+  h.observe(3'000'000);       // 3 ms: le="0.005"
+  h.observe(60'000'000'000);  // 60 s: only +Inf
+  EXPECT_EQ(h.count(), 4u);
+  EXPECT_EQ(h.cumulative(0), 1u);
+  EXPECT_EQ(h.cumulative(1), 2u);
+  EXPECT_EQ(h.cumulative(LatencyHistogram::kBuckets - 1), 3u);
+  Exposition e;
+  e.histogram("d_seconds", {{"api", "x"}}, h);
+  const std::string& t = e.text();
+  EXPECT_NE(t.find("d_seconds_bucket{api=\"x\",le=\"1e-06\"} 1\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("d_seconds_bucket{api=\"x\",le=\"0.0025\"} 2\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("d_seconds_bucket{api=\"x\",le=\"0.005\"} 3\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("d_seconds_bucket{api=\"x\",le=\"10\"} 3\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("d_seconds_bucket{api=\"x\",le=\"+Inf\"} 4\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("d_seconds_count{api=\"x\"} 4\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("d_seconds_sum{api=\"x\"} 60.003002001\n"), std::string::npos) << t;
+  // Bounds strictly increase: Prometheus rejects anything else.
+  const auto bounds = LatencyHistogram::bounds_s();
+  for (size_t i = 1; i < bounds.size(); ++i) EXPECT_LT(bounds[i - 1], bounds[i]);
+}
+
+TEST(ServeHistogram, MemoryDoesNotGrowWithObservations) {
+  LatencyHistogram h;
+  const size_t size = sizeof(h);
+  for (uint64_t i = 0; i < 1'000'000; ++i) h.observe(i * 37);
+  EXPECT_EQ(sizeof(h), size);
+  EXPECT_EQ(h.count(), 1'000'000u);
+}
+
+TEST(ServeExposition, BoundedNamesFoldIntoOther) {
+  BoundedNames names(2);
+  EXPECT_EQ(names.admit("a"), "a");
+  EXPECT_EQ(names.admit("b"), "b");
+  EXPECT_EQ(names.admit("c"), "other");
+  EXPECT_EQ(names.admit("a"), "a");
+}
+
+TEST(ServeMetricsTest, ProcessSeriesGoAwayWithTheProcess) {
+  ServeMetrics m({.max_processes = 2}, "9.9");
+  for (uint32_t pid : {10u, 11u, 12u}) {
+    ServedProcess p;
+    p.pid = pid;
+    p.comm = "train";
+    p.rank = static_cast<int>(pid - 10);
+    p.job_id = "job\"1";
+    p.device_memory_bytes = 1024 * pid;
+    m.update_process(p);
+  }
+  std::string t = m.render();
+  EXPECT_NE(t.find("eacgm_processes_traced 3\n"), std::string::npos);
+  // Per-process series are capped.
+  EXPECT_NE(t.find("eacgm_process_device_memory_bytes{pid=\"10\",rank=\"0\",job_id=\"job\\\"1\"} "
+                   "10240\n"),
+            std::string::npos)
+      << t;
+  EXPECT_EQ(t.find("eacgm_process_device_memory_bytes{pid=\"12\""), std::string::npos);
+  m.forget_process(10);
+  t = m.render();
+  EXPECT_EQ(t.find("pid=\"10\""), std::string::npos);
+  EXPECT_NE(t.find("eacgm_process_device_memory_bytes{pid=\"12\""), std::string::npos);
+}
+
+TEST(ServeMetricsTest, AnomaliesAreCountedAndRecentOnesKept) {
+  ServeMetrics m({.max_anomalies = 2}, "9.9");
+  for (int rank : {1, 2, 3}) {
+    Anomaly a;
+    a.kind = "straggler";
+    a.layer = Layer::kNccl;
+    a.rank = rank;
+    a.pid = 100 + rank;
+    m.on_anomaly(a, 1000.0 + rank);
+  }
+  const std::string t = m.render();
+  EXPECT_NE(t.find("eacgm_anomalies_total{kind=\"straggler\",layer=\"nccl\"} 3\n"),
+            std::string::npos)
+      << t;
+  EXPECT_EQ(t.find("rank=\"1\""), std::string::npos) << t;  // the oldest is gone
+  EXPECT_NE(t.find("eacgm_anomaly_timestamp_seconds{kind=\"straggler\",layer=\"nccl\",rank=\"3\","
+                   "pid=\"103\",job_id=\"\"} 1003\n"),
+            std::string::npos)
+      << t;
+  const auto j = nlohmann::json::parse(m.anomalies_json());
+  ASSERT_EQ(j["anomalies"].size(), 2u);
+  EXPECT_EQ(j["anomalies"][1]["rank"], 3);
+}
+
+TEST(ServeMetricsTest, EveryRenderedFamilyIsDeclaredOnceWithHelpAndType) {
+  ServeMetrics m({}, "9.9");
+  const std::string t = m.render();
+  std::set<std::string> declared;
+  for (const MetricFamilyInfo& f : ServeMetrics::families()) declared.insert(f.name);
+  std::set<std::string> typed;
+  std::istringstream in(t);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.starts_with("# TYPE ")) {
+      const std::string name = line.substr(7, line.find(' ', 7) - 7);
+      EXPECT_TRUE(typed.insert(name).second) << name << " declared twice";
+      EXPECT_TRUE(declared.contains(name)) << name;
+    }
+  }
+  EXPECT_EQ(typed, declared);
+}
+
+// The dashboard in deploy/ must query only what /metrics exports.
+TEST(ServeDashboard, QueriesOnlyExportedMetrics) {
+  // CMake compiles this file by its absolute path: the repository is two levels up.
+  const auto repo = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+  std::ifstream f(repo / "deploy/grafana/eacgm-dashboard.json");
+  ASSERT_TRUE(f) << "deploy/grafana/eacgm-dashboard.json not found";
+  const nlohmann::json dashboard = nlohmann::json::parse(f);
+  std::set<std::string> exported;
+  for (const MetricFamilyInfo& fam : ServeMetrics::families()) {
+    exported.insert(fam.name);
+    if (fam.type == "histogram") {
+      for (const char* suffix : {"_bucket", "_sum", "_count"}) exported.insert(fam.name + suffix);
+    }
+  }
+  size_t queries = 0;
+  const std::regex metric("eacgm_[a-z0-9_]+");
+  for (const auto& panel : dashboard.at("panels")) {
+    for (const auto& target : panel.value("targets", nlohmann::json::array())) {
+      const std::string expr = target.at("expr");
+      ++queries;
+      size_t names = 0;
+      for (auto it = std::sregex_iterator(expr.begin(), expr.end(), metric);
+           it != std::sregex_iterator(); ++it) {
+        ++names;
+        EXPECT_TRUE(exported.contains(it->str()))
+            << "panel '" << panel.value("title", "") << "' queries " << it->str()
+            << ", which /metrics does not export";
+      }
+      EXPECT_GT(names, 0u) << expr;
+    }
+  }
+  EXPECT_GE(queries, 5u);
+}
+
+TEST(ServeListen, ParsesAndRejects) {
+  auto a = parse_listen_address("127.0.0.1:9412");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->host, "127.0.0.1");
+  EXPECT_EQ(a->port, 9412);
+  auto b = parse_listen_address("[::1]:0");
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->host, "::1");
+  EXPECT_FALSE(parse_listen_address("9412"));
+  EXPECT_FALSE(parse_listen_address("localhost:9412"));
+  EXPECT_FALSE(parse_listen_address("127.0.0.1:99999"));
+  EXPECT_FALSE(parse_listen_address("127.0.0.1:http"));
+}
+
+TEST(ServeDiscovery, CgroupsAndJobs) {
+  EXPECT_EQ(cgroup2_mount("tmpfs /sys/fs/cgroup tmpfs rw 0 0\n"
+                          "cgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n"),
+            "/sys/fs/cgroup/unified");
+  EXPECT_FALSE(cgroup2_mount("cgroup /sys/fs/cgroup/cpu cgroup rw 0 0\n"));
+  EXPECT_EQ(cgroup_v2_path("4:memory:/x\n0::/kubepods/pod1/c2\n"), "/kubepods/pod1/c2");
+  EXPECT_TRUE(cgroup_within("/a/b", "/a"));
+  EXPECT_TRUE(cgroup_within("/a", "/a"));
+  EXPECT_FALSE(cgroup_within("/ab", "/a"));
+  EXPECT_TRUE(cgroup_within("/anything", "/"));
+  EXPECT_EQ(job_id_from_environment({{"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}}),
+            "10.0.0.1:29500");
+  EXPECT_EQ(job_id_from_environment({{"TORCHELASTIC_RUN_ID", "r1"}, {"MASTER_ADDR", "h"}}), "r1");
+  EXPECT_EQ(job_id_from_environment({}), "");
+}
+
+}  // namespace
+}  // namespace eacgm

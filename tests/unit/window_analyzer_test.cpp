@@ -1,0 +1,205 @@
+// The window detectors (latency, throughput, GMM) against synthetic training loops with injected,
+// known faults: the fault is found, named (the API, the worker, when) and explained; healthy loops
+// (with realistic noise: log-normal durations, rare slow calls) never raise anything.
+#include "analysis/window_analyzer.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+namespace eacgm {
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+constexpr uint64_t kS = 1'000'000'000;
+
+struct Fault {
+  double from_s = 1e9;        // when it starts
+  std::string_view api;       // latency: this API...
+  double latency_factor = 1;  // ...takes this many times longer
+  double period_factor = 1;   // throughput: steps come this many times less often
+};
+Fault slower(double from_s, std::string_view api, double factor) {
+  Fault f;
+  f.from_s = from_s;
+  f.api = api;
+  f.latency_factor = factor;
+  return f;
+}
+Fault stall(double from_s, double period_factor) {
+  Fault f;
+  f.from_s = from_s;
+  f.period_factor = period_factor;
+  return f;
+}
+
+// A worker stepping every 10 ms for `seconds`: cudaMalloc, 5 launches (~3 us), a sync (~50 us),
+// cudaFree, all with log-normal noise and 1 % of calls 5x slower. Calls come in end order.
+std::vector<CallSample> loop(uint32_t pid, double seconds, unsigned seed, const Fault& fault = {}) {
+  std::mt19937_64 rng(seed);
+  std::lognormal_distribution<double> noise(0, 0.2);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<CallSample> out;
+  const uint64_t t0 = 50 * kS;
+  uint64_t t = t0;
+  int64_t outstanding = 256 << 20;
+  while (t < t0 + static_cast<uint64_t>(seconds * 1e9)) {
+    const bool faulty = static_cast<double>(t - t0) / 1e9 >= fault.from_s;
+    auto emit = [&](std::string_view name, double typical_ns, uint64_t bytes, int64_t delta) {
+      double ns = typical_ns * noise(rng) * (u(rng) < 0.01 ? 5 : 1);
+      if (faulty && name == fault.api) ns *= fault.latency_factor;
+      outstanding += delta;
+      CallSample c;
+      c.pid = pid;
+      c.name = name;
+      c.start_ns = t;
+      c.duration_ns = static_cast<uint64_t>(ns);
+      c.bytes = bytes;
+      c.outstanding_bytes = outstanding;
+      c.memory_event = delta != 0;
+      out.push_back(c);
+      t += c.duration_ns + 2000;
+    };
+    const uint64_t step_start = t;
+    emit("cudaMalloc", 6000, 8 << 20, 8 << 20);
+    for (int k = 0; k < 5; ++k) emit("cudaLaunchKernel", 3000, 0, 0);
+    emit("cudaStreamSynchronize", 50000, 0, 0);
+    emit("cudaFree", 4000, 0, -(8 << 20));
+    // The next step starts a period after this one (the host's work fills the rest).
+    const uint64_t period = static_cast<uint64_t>(10 * kMs * (faulty ? fault.period_factor : 1));
+    t = std::max(t, step_start + period);
+  }
+  return out;
+}
+
+struct Verdicts {
+  std::vector<Anomaly> anomalies;
+  std::vector<Anomaly> of(const std::string& kind) const {
+    std::vector<Anomaly> v;
+    for (const Anomaly& a : anomalies) {
+      if (a.kind == kind) v.push_back(a);
+    }
+    return v;
+  }
+};
+
+// Feeds calls as the live recorder does: a tick every 100 ms of their clock.
+Verdicts analyze(const std::vector<CallSample>& calls, const DetectorModel* model = nullptr,
+                 AnalyzerOptions options = {}) {
+  WindowAnalyzer a(options, model);
+  a.set_session_start(50 * kS);
+  a.set_lookup([](uint32_t pid) { return EntityInfo{static_cast<int>(pid % 10), "train"}; });
+  Verdicts r;
+  uint64_t clock = 0;
+  for (const CallSample& c : calls) {
+    a.on_call(c);
+    if (c.end_ns() >= clock + 100 * kMs) {
+      clock = c.end_ns();
+      for (Anomaly& x : a.advance(clock)) r.anomalies.push_back(std::move(x));
+    }
+  }
+  for (Anomaly& x : a.finish(calls.back().end_ns() + kS)) r.anomalies.push_back(std::move(x));
+  return r;
+}
+
+std::string describe(const Verdicts& r) {
+  std::string s;
+  for (const Anomaly& a : r.anomalies) s += a.kind + ": " + a.message + "\n";
+  return s;
+}
+
+TEST(WindowAnalyzer, HealthyLoopsRaiseNothing) {
+  for (unsigned seed = 1; seed <= 8; ++seed) {
+    const Verdicts r = analyze(loop(3, 60, seed));
+    EXPECT_TRUE(r.anomalies.empty()) << "seed " << seed << "\n" << describe(r);
+  }
+}
+
+TEST(WindowAnalyzer, LatencySpikeNamesTheApiAndWhen) {
+  const Verdicts r = analyze(loop(3, 40, 7, slower(25, "cudaLaunchKernel", 40)));
+  const auto latency = r.of("latency");
+  ASSERT_EQ(latency.size(), 1u) << describe(r);
+  const Anomaly& a = latency[0];
+  EXPECT_EQ(a.evidence["api"], "cudaLaunchKernel");
+  EXPECT_EQ(a.pid, 3u);
+  EXPECT_EQ(a.rank, 3);
+  EXPECT_EQ(a.layer, Layer::kCuda);
+  // The episode starts with the window holding the onset, or the first one wholly after it.
+  EXPECT_GE(a.t_s, 24.0);
+  EXPECT_LE(a.t_s, 25.01);
+  EXPECT_NEAR(a.evidence["ratio"].get<double>(), 40, 8);
+  EXPECT_NE(a.message.find("cudaLaunchKernel"), std::string::npos);
+  EXPECT_NE(a.suggestion.find("kernel choice"), std::string::npos);
+  EXPECT_TRUE(r.of("throughput").empty()) << describe(r);  // steps keep their pace
+  // The GMM sees it too, and says which feature moved.
+  const auto gmm = r.of("gmm");
+  ASSERT_EQ(gmm.size(), 1u) << describe(r);
+  EXPECT_EQ(gmm[0].evidence["features"][0]["name"], "launch_latency_log_ns");
+  EXPECT_GT(gmm[0].evidence["features"][0]["z"].get<double>(), 10);
+}
+
+TEST(WindowAnalyzer, SmallLatencyChangeIsNotASpike) {
+  // 30 % slower launches: inside the 2x rule, so not a latency anomaly.
+  const Verdicts r = analyze(loop(3, 40, 9, slower(25, "cudaLaunchKernel", 1.3)));
+  EXPECT_TRUE(r.of("latency").empty()) << describe(r);
+}
+
+TEST(WindowAnalyzer, ThroughputDropIsAHostStall) {
+  const Verdicts r = analyze(loop(4, 40, 11, stall(25, 4)));
+  const auto drops = r.of("throughput");
+  ASSERT_EQ(drops.size(), 1u) << describe(r);
+  const Anomaly& a = drops[0];
+  EXPECT_EQ(a.pid, 4u);
+  EXPECT_GE(a.t_s, 24.0);
+  EXPECT_LE(a.t_s, 25.01);
+  EXPECT_NEAR(a.evidence["drop"].get<double>(), 0.75, 0.05);
+  EXPECT_NE(a.message.find("time between GPU calls grew"), std::string::npos);
+  EXPECT_NE(a.suggestion.find("asynchronous"), std::string::npos);
+  EXPECT_TRUE(r.of("latency").empty()) << describe(r);
+}
+
+TEST(WindowAnalyzer, StoppedWorkerIsAThroughputDrop) {
+  // The worker stops calling at 25 s but lives on (a hang): empty windows, rate 0.
+  std::vector<CallSample> calls = loop(5, 25, 13);
+  WindowAnalyzer a;
+  a.set_session_start(50 * kS);
+  std::vector<Anomaly> found;
+  for (const CallSample& c : calls) {
+    a.on_call(c);
+    for (Anomaly& x : a.advance(c.end_ns())) found.push_back(std::move(x));
+  }
+  for (Anomaly& x : a.advance(calls.back().end_ns() + 5 * kS)) found.push_back(std::move(x));
+  ASSERT_FALSE(found.empty());
+  EXPECT_EQ(found[0].kind, "throughput");
+  EXPECT_DOUBLE_EQ(found[0].evidence["call_rate"].get<double>(), 0);
+}
+
+TEST(WindowAnalyzer, ModelFromHealthyRunsNeedsNoWarmup) {
+  // Baseline from a healthy run's windows; the fault starts at 5 s, inside what would have been
+  // the warm-up.
+  WindowAggregator agg;
+  for (const CallSample& c : loop(3, 60, 21)) agg.add(c);
+  std::vector<Window> ws;
+  for (Window& w : agg.finish(200 * kS)) {
+    if (w.index >= 1) ws.push_back(std::move(w));
+  }
+  auto b = EntityBaseline::fit(ws, {});
+  ASSERT_TRUE(b) << b.error().message;
+  DetectorModel m;
+  m.entities.emplace("rank:3", std::move(*b));
+  const Verdicts healthy = analyze(loop(3, 40, 22), &m);
+  EXPECT_TRUE(healthy.anomalies.empty()) << describe(healthy);
+  const Verdicts r = analyze(loop(3, 20, 23, slower(5, "cudaStreamSynchronize", 20)), &m);
+  const auto latency = r.of("latency");
+  ASSERT_EQ(latency.size(), 1u) << describe(r);
+  EXPECT_EQ(latency[0].evidence["api"], "cudaStreamSynchronize");
+  EXPECT_LE(latency[0].t_s, 5.01);
+  EXPECT_EQ(latency[0].evidence["baseline"], "model entity 'rank:3'");
+  // A worker the model does not know (and no "*" entry) is not judged.
+  const Verdicts other = analyze(loop(7, 20, 24, slower(5, "cudaStreamSynchronize", 20)), &m);
+  EXPECT_TRUE(other.anomalies.empty()) << describe(other);
+}
+
+}  // namespace
+}  // namespace eacgm
