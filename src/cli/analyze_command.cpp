@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/trace_session.h"
 #include "analysis/detector_model.h"
 #include "analysis/leak_detector.h"
 #include "analysis/session_db.h"
@@ -18,10 +19,6 @@
 
 namespace eacgm {
 namespace {
-
-constexpr int kExitOk = 0;
-constexpr int kExitFailed = 1;
-constexpr int kExitBadInput = 2;
 
 // Options shared by both commands: how baselines are learned.
 struct LearnArgs {
@@ -101,11 +98,11 @@ bool write_json(const std::string& path, const nlohmann::json& j, std::string& e
 
 int run_analyze(const AnalyzeArgs& args) {
   auto session = load_recorded_session(args.session);
-  if (!session) return fail(kExitBadInput, session.error().message);
+  if (!session) return fail(kExitUsage, session.error().message);
   std::optional<DetectorModel> model;
   if (!args.model.empty()) {
     auto m = load_detector_model(args.model);
-    if (!m) return fail(kExitBadInput, m.error().message);
+    if (!m) return fail(kExitUsage, m.error().message);
     model = std::move(*m);
   }
   AnalyzerOptions options;
@@ -131,7 +128,7 @@ int run_analyze(const AnalyzeArgs& args) {
   report["anomalies"] = std::move(list);
   if (!args.output.empty()) {
     std::string error;
-    if (!write_json(args.output, report, error)) return fail(kExitBadInput, error);
+    if (!write_json(args.output, report, error)) return fail(kExitUsage, error);
   }
   if (!args.quiet) {
     fmt::print(
@@ -159,7 +156,7 @@ int run_model_fit(const FitArgs& args) {
   std::vector<std::unique_ptr<RecordedSession>> sessions;
   for (const std::string& dir : args.sessions) {
     auto session = load_recorded_session(dir);
-    if (!session) return fail(kExitBadInput, session.error().message);
+    if (!session) return fail(kExitUsage, session.error().message);
     sessions.push_back(std::move(*session));
     for (auto& [key, ws] : session_windows(*sessions.back(), width)) {
       auto& all = windows[key];
@@ -188,7 +185,7 @@ int run_model_fit(const FitArgs& args) {
     return fail(kExitFailed, "no worker has enough complete one-second windows for a baseline");
   }
   if (auto r = save_detector_model(args.output, model); !r)
-    return fail(kExitBadInput, r.error().message);
+    return fail(kExitUsage, r.error().message);
   fmt::print("model of {} workers -> {}\n", model.entities.size(), args.output);
   return kExitOk;
 }

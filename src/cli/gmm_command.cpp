@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/trace_session.h"
 #include "analysis/gmm.h"
 #include "analysis/gmm_fit.h"
 #include "analysis/gmm_io.h"
@@ -20,11 +21,6 @@
 
 namespace eacgm {
 namespace {
-
-// The same codes as the rest of the CLI (kExitUsage in agent/trace_session.h).
-constexpr int kExitOk = 0;
-constexpr int kExitFailed = 1;
-constexpr int kExitBadInput = 2;
 
 struct FitArgs {
   std::string input;
@@ -86,7 +82,7 @@ class PhaseTimer {
 
 int bad_input(const std::string& message) {
   fmt::print(stderr, "eacgm gmm: error: {}\n", message);
-  return kExitBadInput;
+  return kExitUsage;
 }
 
 std::string join(const std::vector<std::string>& names) {
