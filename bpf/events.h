@@ -51,6 +51,11 @@ enum eacgm_event_kind {
   EACGM_EV_OOM_KILL = 8, /* the OOM killer chose a target: struct eacgm_oom */
   EACGM_EV_MMAP = 9,     /* a finished mmap, munmap or mremap: struct eacgm_mmap */
   EACGM_EV_IOCTL = 10,   /* a finished ioctl on a watched device: struct eacgm_ioctl */
+  /* python layer (bpf/python.bpf.c) */
+  EACGM_EV_PY_SAMPLE = 11,    /* one thread's Python stack: struct eacgm_py_sample */
+  EACGM_EV_PY_CODE = 12,      /* a code object seen for the first time: struct eacgm_py_code */
+  EACGM_EV_PY_FUNCTION = 13,  /* a (file, name) pair the USDT probes saw first: struct eacgm_py_function */
+  EACGM_EV_PY_GC = 14,        /* one garbage collection: struct eacgm_py_gc */
 };
 
 enum eacgm_layer {
@@ -80,6 +85,11 @@ struct eacgm_call {
   __s64 ret;      /* return register, sign-extended from 32 bits by user space when the ABI says so */
   __u32 func_id;  /* row of the layer's probe table (the attach cookie) */
   __u32 depth;    /* traced calls already open on this thread when this one started */
+  /* The innermost Python frame of the calling thread when the call started
+   * (python layer on, thread known to run Python): its code object and
+   * instruction word (struct eacgm_py_frame); 0 otherwise. */
+  __u64 py_code;
+  __u64 py_instr;
 };
 
 struct eacgm_proc {
@@ -153,6 +163,103 @@ struct eacgm_ioctl {
   __s64 ret;
   __s32 fd;
   __u32 rdev; /* the device, in the kernel's dev_t encoding: major << 20 | minor */
+};
+
+/* The python layer.
+ *
+ * CPython's own structures are walked from BPF: _PyRuntime -> interpreter ->
+ * thread states -> frames -> code objects. Their layout differs per minor
+ * version; user space fills one `eacgm_py_layout` per supported version
+ * (src/python/python_layouts.cpp) and registers each traced interpreter
+ * process with the address of its _PyRuntime and the layout to use. */
+#define EACGM_PY_NONE 0xffffffffu  /* a field the version does not have */
+#define EACGM_PY_MAX_LAYOUTS 16
+#define EACGM_PY_MAX_FRAMES 32     /* frames kept per sample, innermost first */
+#define EACGM_PY_MAX_THREADS 64    /* thread states walked to find one thread's */
+#define EACGM_PY_NAME_LEN 128
+#define EACGM_PY_FILE_LEN 256
+#define EACGM_PY_LINETABLE_LEN 4096
+
+struct eacgm_py_layout {
+  __u32 version; /* major * 100 + minor (311); 0 marks an unused slot */
+  /* _PyRuntimeState */
+  __u32 runtime_interpreters_head;
+  /* PyInterpreterState */
+  __u32 interp_threads_head;
+  /* PyThreadState */
+  __u32 tstate_next;
+  __u32 tstate_thread_id;        /* pthread_self(): on x86-64 glibc, the thread pointer (fs base) */
+  __u32 tstate_native_thread_id; /* the kernel tid (3.11+); EACGM_PY_NONE: match thread_id */
+  __u32 tstate_frame;            /* 3.8-3.10 frame, 3.11-3.12 cframe, 3.13 current_frame */
+  __u32 cframe_current_frame;    /* 3.11-3.12 (_PyCFrame); EACGM_PY_NONE: tstate_frame is the frame */
+  /* frames: PyFrameObject (3.8-3.10), _PyInterpreterFrame (3.11+) */
+  __u32 frame_back;         /* f_back, previous */
+  __u32 frame_code;         /* f_code, f_executable (3.13) */
+  __u32 frame_instr;        /* 3.8-3.10 f_lasti (int); 3.11-3.12 prev_instr; 3.13 instr_ptr */
+  __u32 frame_owner;        /* the owner byte (3.12+); EACGM_PY_NONE before */
+  __u32 frame_owner_cstack; /* owner value of frames that belong to the C stack (skipped) */
+  /* PyCodeObject */
+  __u32 code_filename;
+  __u32 code_name;
+  __u32 code_qualname;   /* 3.11+; EACGM_PY_NONE: co_name stands for it */
+  __u32 code_firstlineno;
+  __u32 code_linetable;  /* co_lnotab (3.8-3.9), co_linetable (3.10+): a bytes object */
+  __u32 code_code;       /* 3.11+: offset of the first instruction (co_code_adaptive); else NONE */
+  /* str and bytes */
+  __u32 unicode_state;      /* PyASCIIObject.state (bit 5 compact, bit 6 ascii) */
+  __u32 unicode_ascii_data; /* sizeof(PyASCIIObject): where a compact ASCII string's bytes start */
+  __u32 bytes_size;         /* PyVarObject.ob_size */
+  __u32 bytes_data;         /* PyBytesObject.ob_sval */
+};
+
+/* A traced process that runs CPython: where its interpreter state is. */
+struct eacgm_py_proc {
+  __u64 runtime; /* address of _PyRuntime in the process */
+  __u32 layout;  /* index into the py_layouts map */
+  __u32 pad;
+};
+
+struct eacgm_py_frame {
+  __u64 code;  /* PyCodeObject* */
+  __u64 instr; /* the layout's frame_instr word: f_lasti (low 32 bits) or an instruction pointer */
+};
+
+struct eacgm_py_sample {
+  struct eacgm_header hdr; /* tid: the sampled thread; ts_ns: when it was sampled */
+  __u32 nframes;           /* filled entries of frames */
+  __u32 truncated;         /* the stack was deeper than EACGM_PY_MAX_FRAMES */
+  __u32 on_cpu;            /* the thread was running (not sleeping or waiting) */
+  __u32 pad;
+  struct eacgm_py_frame frames[EACGM_PY_MAX_FRAMES]; /* innermost first */
+};
+
+struct eacgm_py_code {
+  struct eacgm_header hdr;
+  __u64 code;           /* the PyCodeObject* this describes, in process hdr.tgid */
+  __u32 firstlineno;
+  __u32 linetable_len;  /* the line table's size; at most EACGM_PY_LINETABLE_LEN bytes were copied */
+  char name[EACGM_PY_NAME_LEN]; /* co_qualname (3.11+) or co_name */
+  char file[EACGM_PY_FILE_LEN]; /* co_filename as given */
+  __u8 linetable[EACGM_PY_LINETABLE_LEN];
+};
+
+/* The USDT probes pass a function's file and name as C strings that live
+ * as long as its code object: counts are kept in BPF by that pair of
+ * pointers, and each pair's strings are sent once. */
+struct eacgm_py_function {
+  struct eacgm_header hdr;
+  __u64 file_ptr;
+  __u64 name_ptr;
+  char name[EACGM_PY_NAME_LEN];
+  char file[EACGM_PY_FILE_LEN];
+};
+
+struct eacgm_py_gc {
+  struct eacgm_header hdr; /* ts_ns: gc__start */
+  __u64 duration_ns;
+  __s64 collected;  /* objects collected (gc__done's argument) */
+  __s32 generation;
+  __u32 pad;
 };
 
 #endif /* EACGM_BPF_EVENTS_H */

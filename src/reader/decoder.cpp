@@ -14,7 +14,7 @@ namespace eacgm {
 // mirrored here must fail the build, not misdecode silently.
 static_assert(sizeof(eacgm_header) == 24);
 static_assert(offsetof(eacgm_header, ts_ns) == 16);
-static_assert(sizeof(eacgm_call) == 24 + 8 + 64 + 8 + 8 + 4 + 4);
+static_assert(sizeof(eacgm_call) == 24 + 8 + 64 + 8 + 8 + 4 + 4 + 2 * 8);
 static_assert(offsetof(eacgm_call, args) == 32);
 static_assert(offsetof(eacgm_call, ret) == 104);
 static_assert(offsetof(eacgm_call, func_id) == 112);
