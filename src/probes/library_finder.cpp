@@ -142,9 +142,9 @@ std::vector<MappedFile> parse_maps(std::string_view maps_text) {
     std::string_view line = maps_text.substr(0, eol);
     maps_text.remove_prefix(eol == std::string_view::npos ? maps_text.size() : eol + 1);
 
-    next_field(line);  // address range
+    std::string_view range = next_field(line);
     std::string_view perms = next_field(line);
-    next_field(line);  // offset
+    std::string_view offset_text = next_field(line);
     std::optional<uint64_t> dev = parse_device(next_field(line));
     uint64_t inode = 0;
     if (!dev || !parse_number(next_field(line), 10, inode) || inode == 0) continue;
@@ -161,6 +161,13 @@ std::vector<MappedFile> parse_maps(std::string_view maps_text) {
       files.push_back({std::string(path), id, executable, deleted});
     } else {
       files[it->second].executable |= executable;
+    }
+    FileMapping mapping{};
+    const size_t dash = range.find('-');
+    if (dash != std::string_view::npos && parse_number(range.substr(0, dash), 16, mapping.start) &&
+        parse_number(range.substr(dash + 1), 16, mapping.end) &&
+        parse_number(offset_text, 16, mapping.offset)) {
+      files[it->second].mappings.push_back(mapping);
     }
   }
   return files;

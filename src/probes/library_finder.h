@@ -26,6 +26,14 @@ struct FileId {
   auto operator<=>(const FileId&) const = default;
 };
 
+// One mapping of a file: addresses [start, end) show the file from `offset` on.
+struct FileMapping {
+  uint64_t start;
+  uint64_t end;
+  uint64_t offset;
+  auto operator<=>(const FileMapping&) const = default;
+};
+
 struct MappedFile {
   std::string path;  // as shown in maps, without the " (deleted)" suffix
   FileId id;
@@ -34,6 +42,9 @@ struct MappedFile {
   // now names nothing or another file; the mapped one can still be reached for probing through
   // /proc/PID/map_files/<start>-<end>.
   bool deleted;
+  // Every mapping of the file, in address order: where its segments are (to turn a symbol's
+  // address in the file into one in the process).
+  std::vector<FileMapping> mappings{};
 };
 
 // The files mapped by process `pid`: one entry per distinct file (by dev+inode), in address
