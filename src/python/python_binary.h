@@ -39,7 +39,8 @@ struct PythonInterpreter {
 
 // Whether the ELF file `path` holds a CPython interpreter (it defines _PyRuntime), and which.
 // nullopt for any other ELF file. Error when the file cannot be read or is not a 64-bit x86-64
-// ELF file, or defines _PyRuntime but its version cannot be told.
+// ELF file. A file with _PyRuntime but neither Py_Version, a telling name nor any of the 3.8+
+// functions is 3.7, the first release with _PyRuntime (unsupported: python_layout() says so).
 Result<std::optional<PythonInterpreter>> inspect_interpreter(const std::string& path);
 
 // The address of _PyRuntime in a process that has `interpreter`'s file mapped as `file` (the
