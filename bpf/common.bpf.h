@@ -44,6 +44,8 @@ struct {
 struct eacgm_frame {
   __u64 start_ns;
   __u64 args[EACGM_CALL_ARGS];
+  __u64 py_code; /* the caller's innermost Python frame (python_walk.bpf.h) */
+  __u64 py_instr;
   __u32 func_id;
   __u32 layer;
 };
@@ -82,6 +84,8 @@ static __always_inline void eacgm_count_drop(void) {
   __u64* n = bpf_map_lookup_elem(&drops, &zero);
   if (n) __sync_fetch_and_add(n, 1);
 }
+
+#include "bpf/python_walk.bpf.h"
 
 /* The calling thread's call stack. Stacks exist only for threads of targets
  * (created on their first traced call, removed when the thread exits), so a
@@ -141,6 +145,7 @@ static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
     f->args[6] = 0;
     f->args[7] = 0;
   }
+  eacgm_py_caller(id, &f->py_code, &f->py_instr);
   f->start_ns = bpf_ktime_get_ns();
   if (!(flags & EACGM_ROW_EMIT_ENTRY)) return 0;
   struct eacgm_call* e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
@@ -160,6 +165,8 @@ static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
   e->ret = 0;
   e->func_id = f->func_id;
   e->depth = d;
+  e->py_code = f->py_code;
+  e->py_instr = f->py_instr;
   eacgm_submit_call(e);
   return 0;
 }
@@ -203,6 +210,8 @@ static __always_inline int eacgm_call_return(struct pt_regs* ctx, __u32 layer,
   e->ret = (__s64)PT_REGS_RC(ctx);
   e->func_id = func_id;
   e->depth = d;
+  e->py_code = f->py_code;
+  e->py_instr = f->py_instr;
   eacgm_submit_call(e);
   return 0;
 }

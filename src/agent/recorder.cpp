@@ -16,6 +16,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "python/python_binary.h"
+#include "python/python_layouts.h"
 #include "reader/decoder.h"
 
 namespace eacgm {
@@ -111,6 +113,11 @@ void Recorder::handle(std::span<const std::byte> data) {
     on_call(*call);
   } else if (auto* proc = std::get_if<ProcEvent>(&*event)) {
     on_process_event(*proc);
+  } else if (std::holds_alternative<PySampleEvent>(*event) ||
+             std::holds_alternative<PyCodeEvent>(*event) ||
+             std::holds_alternative<PyFunctionEvent>(*event) ||
+             std::holds_alternative<PyGcEvent>(*event)) {
+    on_python_event(*event);
   } else {
     on_os_event(*event);
   }
@@ -155,6 +162,64 @@ void Recorder::on_os_event(const Event& event) {
     return;
   }
   flight_.add(pid, event);
+}
+
+void Recorder::on_python_event(const Event& event) {
+  if (const auto* sample = std::get_if<PySampleEvent>(&event)) {
+    python_.on_sample(*sample);
+  } else if (const auto* code = std::get_if<PyCodeEvent>(&event)) {
+    python_.on_code(*code);
+  } else if (const auto* function = std::get_if<PyFunctionEvent>(&event)) {
+    python_.on_function(*function);
+  } else if (const auto* gc = std::get_if<PyGcEvent>(&event)) {
+    python_.on_gc(*gc);
+    ++session_.events_recorded;
+  }
+}
+
+void Recorder::find_interpreter(uint32_t pid, const std::vector<MappedFile>& files) {
+  if (!tracer_ || !layers_.contains(Layer::kPython) || python_processes_.contains(pid)) return;
+  for (const MappedFile& file : files) {
+    if (!file.executable || not_interpreters_.contains(file.id)) continue;
+    const std::string path = fmt::format("/proc/{}/root{}", pid, file.path);
+    auto interpreter = inspect_interpreter(path);
+    if (!interpreter) {
+      warn(interpreter.error().message);
+      not_interpreters_.insert(file.id);
+      continue;
+    }
+    if (!*interpreter) {
+      not_interpreters_.insert(file.id);
+      continue;
+    }
+    const PythonInterpreter& found = **interpreter;
+    const std::optional<uint32_t> layout = python_layout_index(found.version);
+    if (!layout) {
+      warn(
+          fmt::format("python layer: {} is CPython {}.{}, whose structures eacgm does not know "
+                      "(3.8 to 3.13 are supported); its stacks are not sampled",
+                      file.path, found.version / 100, found.version % 100));
+      not_interpreters_.insert(file.id);
+      return;
+    }
+    Result<uint64_t> runtime = runtime_address(found, file);
+    if (!runtime) {
+      warn(fmt::format("python layer: process {}: {}", pid, runtime.error().message));
+      return;
+    }
+    const uint32_t layout_index = *layout;
+    if (auto r = tracer_->add_python_process(pid, *runtime, layout_index); !r) {
+      warn(r.error().message);
+      return;
+    }
+    python_processes_[pid] = {*runtime, layout_index};
+    mapped_layers_.insert(Layer::kPython);
+    python_.add_interpreter({pid, static_cast<int>(found.version), file.path, found.has_usdt});
+    if (found.has_usdt) {
+      if (auto r = tracer_->attach_python_usdt(path, python_calls_); !r) warn(r.error().message);
+    }
+    return;
+  }
 }
 
 void Recorder::check_libraries(uint32_t pid, const std::vector<MappedFile>& files) {
@@ -209,6 +274,10 @@ void Recorder::on_call(const CallRecord& event) {
     return;
   }
   CallRecord call = event;
+  if (call.py_code != 0) {
+    call.py_site = python_.site(call.pid, call.py_code, call.py_instr);
+    python_.note_working_thread(call.pid, call.tid);
+  }
   if (call.layer() == Layer::kNccl) {
     call.collective = collectives_.on_end(call, &proc);
     if (call.spec->role == CallRole::kCommInit && !call.failed() && !proc.rank) {
@@ -272,6 +341,7 @@ void Recorder::attach_mapped_libraries(uint32_t pid) {
   auto files = mapped_files(pid);
   if (!files) return;  // it exited meanwhile; its exit event tells the rest
   if (layers_.contains(Layer::kOs)) check_libraries(pid, *files);
+  find_interpreter(pid, *files);
   for (const MappedFile& file : *files) {
     if (!file.executable) continue;
     const std::optional<Layer> layer = library_layer(file.path);
@@ -310,9 +380,23 @@ void Recorder::on_process_event(const ProcEvent& event) {
       }
       os_.on_process(event.pid, child.comm, event.ts_ns);
       flight_.add(event.pid, Event{event});
+      // A fork runs its parent's interpreter at the same addresses.
+      if (auto parent = python_processes_.find(event.ppid); parent != python_processes_.end()) {
+        const PythonRegistration reg = parent->second;
+        if (auto r = tracer_->add_python_process(event.pid, reg.runtime, reg.layout); r) {
+          python_processes_[event.pid] = reg;
+          python_.on_fork(event.ppid, event.pid);
+        } else {
+          warn(r.error().message);
+        }
+      }
       break;
     }
     case ProcEvent::Kind::kExec:
+      if (python_processes_.erase(event.pid) > 0) {  // its interpreter is gone with its image
+        tracer_->remove_python_process(event.pid);
+        python_.forget(event.pid);
+      }
       session_.process(event.pid).rank.reset();
       session_.process(event.pid).world_size.reset();
       refresh_identity(event.pid);
@@ -328,6 +412,7 @@ void Recorder::on_process_event(const ProcEvent& event) {
       proc.exit = os_.explain(event.pid, describe_exit_status(event.status));
       os_.on_process_exit(event.pid);
       stopped_.erase(event.pid);
+      if (python_processes_.erase(event.pid) > 0) tracer_->remove_python_process(event.pid);
       flight_.add(event.pid, Event{event});
       if (proc.exit->abnormal()) write_flight_recorder(event.pid);
       flight_.forget(event.pid);
@@ -385,6 +470,9 @@ void Recorder::tick(uint64_t now_ns, bool final) {
     for (Anomaly& a : os_.take_anomalies()) report(std::move(a));
     if (now_ns >= devices_refreshed_ns_ + 1'000'000'000) refresh_ioctl_devices();
   }
+  if (layers_.contains(Layer::kPython)) {
+    for (Anomaly& a : python_.take_anomalies(session_, now_ns, final)) report(std::move(a));
+  }
   if (!layers_.contains(Layer::kNccl)) return;
   collectives_.set_session_start(session_.start_ns);
   for (Anomaly& a : collectives_.check(now_ns)) report(std::move(a));
@@ -402,6 +490,20 @@ std::vector<std::string> Recorder::finish_sinks() {
     session_.os = os_.activity();
     const nlohmann::json figures = os_.figures();
     for (const auto& [key, value] : figures.items()) session_.layers[Layer::kOs].extra[key] = value;
+  }
+  if (layers_.contains(Layer::kPython)) {
+    if (tracer_) {
+      for (const Tracer::PythonCallCount& c : tracer_->python_call_counts()) {
+        python_.add_call_count(c.pid, c.file_ptr, c.name_ptr, c.count);
+      }
+    }
+    const nlohmann::json figures = python_.figures();
+    LayerState& state = session_.layers[Layer::kPython];
+    for (const auto& [key, value] : figures.items()) state.extra[key] = value;
+    std::set<std::string> paths;
+    for (const auto& i : figures["interpreters"]) paths.insert(i.value("path", ""));
+    state.libraries.assign(paths.begin(), paths.end());
+    session_.python_gc = python_.gc_events();
   }
   if (gpu_) gpu_->finish(session_, sinks_, [this](Anomaly a) { report(std::move(a)); });
   std::vector<std::string> errors;

@@ -16,6 +16,7 @@
 #include "analysis/window_analyzer.h"
 #include "gpu/gpu_layer.h"
 #include "probes/tracer.h"
+#include "python/python_profile.h"
 #include "reader/decoder.h"
 #include "session/session.h"
 #include "session/torch_threads.h"
@@ -50,6 +51,12 @@ class Recorder {
   // Resolves the ioctl device pattern to device numbers and hands them to
   // the tracer; repeated by tick() so devices created later are timed too.
   void refresh_ioctl_devices();
+
+  // The python layer's thresholds and sampling rate (the tracer samples; the profile weighs).
+  void configure_python(PythonProfile::Options options, bool count_calls) {
+    python_ = PythonProfile(options);
+    python_calls_ = count_calls;
+  }
 
   // Entry point for every ring buffer record.
   void handle(std::span<const std::byte> data);
@@ -87,6 +94,9 @@ class Recorder {
   void on_call(const CallRecord& call);
   void on_process_event(const struct ProcEvent& event);
   void on_os_event(const Event& event);
+  void on_python_event(const Event& event);
+  // Registers `pid` with the python layer if one of `files` is a CPython interpreter.
+  void find_interpreter(uint32_t pid, const std::vector<MappedFile>& files);
   void check_libraries(uint32_t pid, const std::vector<MappedFile>& files);
   void write_flight_recorder(uint32_t pid);
   void report(Anomaly anomaly);
@@ -114,6 +124,14 @@ class Recorder {
   uint64_t decode_errors_ = 0;
   std::set<Layer> mapped_layers_;
   TorchThreads torch_threads_;
+  PythonProfile python_;
+  bool python_calls_ = false;  // count Python calls through USDT
+  struct PythonRegistration {
+    uint64_t runtime = 0;
+    uint32_t layout = 0;
+  };
+  std::map<uint32_t, PythonRegistration> python_processes_;  // pid -> where its runtime is
+  std::set<FileId> not_interpreters_;                        // mapped files that are not CPython
 };
 
 // "killed by SIGSEGV (Segmentation fault), core dumped" from a wait status.

@@ -127,6 +127,13 @@ class TraceRun {
       fmt::print(stderr, "eacgm: warning: the os layer is unavailable: {}\n", *problem);
     }
     recorder_.refresh_ioctl_devices();
+    if (options_.layers.contains(Layer::kPython)) {
+      recorder_.configure_python(
+          {.rate_hz = options_.python_rate_hz,
+           .slow_call_ns = static_cast<uint64_t>(options_.python_slow_ms * 1e6)},
+          options_.python_calls);
+      tracer_->start_python_sampler(options_.python_rate_hz);
+    }
 
     auto sqlite = SqliteWriter::open(options_.out_dir + "/events.sqlite");
     if (!sqlite) return fail(sqlite.error().message);
@@ -196,6 +203,15 @@ class TraceRun {
       LayerState& state = session_.layers[layer];
       // The gpu layer's status comes from GpuLayer::finish, called by finish_sinks().
       if (layer == Layer::kGpu) continue;
+      if (layer == Layer::kPython) {  // interpreters, not a library of a known name
+        if (recorder_.layer_mapped(layer)) {
+          state.status = LayerStatus::kActive;  // its interpreters: set by finish_sinks()
+        } else {
+          state.status = LayerStatus::kUnavailable;
+          state.reason = "no traced process runs a CPython interpreter (3.8 to 3.13)";
+        }
+        continue;
+      }
       if (layer == Layer::kOs) {  // tracepoints: no library to find
         const std::optional<std::string> problem = tracer_->layer_problem(layer);
         state.status = problem ? LayerStatus::kUnavailable : LayerStatus::kActive;

@@ -33,6 +33,11 @@ struct TraceOptions {
   double gpu_rate_hz = 10.0;
   // torch layer: "default", "all" or a regular expression (see TorchOpFilter::parse).
   std::string torch_ops = "default";
+  // python layer: stack samples per second per thread, and how long one call may stay the
+  // innermost Python frame before it is a slow_call anomaly.
+  double python_rate_hz = 99.0;
+  double python_slow_ms = 100.0;
+  bool python_calls = false;  // count calls through USDT (python:function__return)
 };
 
 // Runs `command` traced from its first instruction; returns its exit code.

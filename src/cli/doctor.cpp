@@ -9,8 +9,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
+#include <sstream>
 #include <string>
 
 #include "agent/privileges.h"
@@ -18,6 +21,8 @@
 #include "probes/attached_probe.h"
 #include "probes/library_finder.h"
 #include "probes/tracer.h"
+#include "python/python_binary.h"
+#include "python/python_layouts.h"
 
 extern char** environ;
 
@@ -148,8 +153,36 @@ int run_doctor(const std::string& nvml_lib) {
     row("gpu (NVML)", nvml.ok, nvml.detail);
     for (const std::string& d : nvml.devices) fmt::print("  {:<33} {}\n", "", d);
   }
-  for (std::string_view layer : {"torch", "python"}) {
-    row(layer, false, "not implemented in this version");
+  // The python layer walks the interpreter's own structures: which CPython builds a job from
+  // this shell would run, and whether each has USDT probes (call counts, GC pauses).
+  {
+    std::set<FileId> seen;
+    std::vector<std::string> found;
+    std::vector<std::string> candidates = find_library_files("libpython3", dirs);
+    const char* path = getenv("PATH");
+    std::stringstream ss(path ? path : "");
+    for (std::string dir; std::getline(ss, dir, ':');) {
+      for (int minor = 8; minor <= 13; ++minor)
+        candidates.push_back(fmt::format("{}/python3.{}", dir, minor));
+    }
+    for (const std::string& file : candidates) {
+      std::error_code ec;
+      const std::string real = std::filesystem::canonical(file, ec).string();
+      if (ec) continue;
+      const std::optional<FileId> id = file_id(real);
+      if (!id || !seen.insert(*id).second) continue;
+      auto interpreter = inspect_interpreter(real);
+      if (!interpreter || !*interpreter) continue;
+      const PythonInterpreter& p = **interpreter;
+      found.push_back(fmt::format("{} (CPython {}.{}{}{})", real, p.version / 100, p.version % 100,
+                                  python_layout(p.version) ? "" : ", unsupported",
+                                  p.has_usdt ? ", USDT probes" : ", no USDT: sampled only"));
+    }
+    row("python", !found.empty(),
+        found.empty() ? "no CPython 3.8-3.13 found on PATH; interpreters a job runs are still "
+                        "found when it starts them"
+                      : fmt::format("ready: {} interpreter(s)", found.size()));
+    for (const std::string& f : found) fmt::print("  {:<33} {}\n", "", f);
   }
 
   fmt::print("\nverdict: {}\n",

@@ -35,12 +35,6 @@ std::optional<std::set<Layer>> parse_layers(const std::string& text, std::string
       error = fmt::format("unknown layer '{}' (known: cuda, nccl, torch, python, os, gpu)", name);
       return std::nullopt;
     }
-    if (*layer == Layer::kPython) {
-      error = fmt::format(
-          "layer '{}' is not implemented in this version (available: cuda, nccl, torch, os, gpu)",
-          name);
-      return std::nullopt;
-    }
     layers.insert(*layer);
   }
   if (layers.empty()) {
@@ -53,7 +47,7 @@ std::optional<std::set<Layer>> parse_layers(const std::string& text, std::string
 void add_trace_options(CLI::App* cmd, eacgm::TraceOptions& opts, std::string& layers) {
   cmd->add_option("-o,--output", opts.out_dir, "session directory to write")->required();
   cmd->add_option("--layers", layers, "comma-separated layers to trace")
-      ->default_val("cuda,nccl,torch,os,gpu");
+      ->default_val("cuda,nccl,torch,python,os,gpu");
   cmd->add_option("--ioctl-devices", opts.ioctl_devices,
                   "os layer: device files whose ioctls are timed (comma-separated globs)")
       ->default_val("/dev/nvidia*");
@@ -75,6 +69,18 @@ void add_trace_options(CLI::App* cmd, eacgm::TraceOptions& opts, std::string& la
         auto filter = eacgm::TorchOpFilter::parse(spec);
         return filter ? std::string() : filter.error().message;
       });
+  cmd->add_option("--python-rate", opts.python_rate_hz,
+                  "python layer: stack samples per second of every thread that runs Python")
+      ->default_val(99.0)
+      ->check(CLI::Range(1.0, 1000.0));
+  cmd->add_option("--python-slow-ms", opts.python_slow_ms,
+                  "python layer: a call that stays the innermost Python frame longer than this "
+                  "is a slow_call anomaly")
+      ->default_val(100.0)
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--python-calls", opts.python_calls,
+                "python layer: count every Python function call through the interpreter's USDT "
+                "probes (where it has them; costs about a microsecond per call)");
   cmd->add_option("--btf", opts.btf_path, "kernel BTF file (default: the running kernel's)");
   cmd->add_flag(
       "--no-stop-on-dlopen", [&opts](int64_t) { opts.stop_on_dlopen = false; },

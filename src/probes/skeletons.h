@@ -9,5 +9,6 @@
 #include "cuda.skel.h"
 #include "nccl.skel.h"
 #include "os.skel.h"
+#include "python.skel.h"
 #include "torch.skel.h"
 #pragma GCC diagnostic pop

@@ -7,15 +7,20 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstdarg>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "probes/elf_symbols.h"
 #include "probes/skeletons.h"
+#include "python/python_layouts.h"
 
 namespace eacgm {
 namespace {
@@ -68,6 +73,11 @@ int reuse_shared_maps(Skel* layer, eacgm_core* core) {
       {layer->maps.drops, core->maps.drops},
       {layer->maps.call_stacks, core->maps.call_stacks},
       {layer->maps.empty_stack, core->maps.empty_stack},
+      {layer->maps.py_procs, core->maps.py_procs},
+      {layer->maps.py_layouts, core->maps.py_layouts},
+      {layer->maps.py_tstates, core->maps.py_tstates},
+      {layer->maps.py_tstate_misses, core->maps.py_tstate_misses},
+      {layer->maps.py_codes_seen, core->maps.py_codes_seen},
   };
   for (auto [mine, theirs] : shared) {
     if (int err = bpf_map__reuse_fd(mine, bpf_map__fd(theirs)); err) return err;
@@ -98,13 +108,65 @@ struct LayerPrograms {
 struct Tracer::Programs {
   eacgm_core* core = nullptr;
   eacgm_os* os = nullptr;  // also in `layers`, which owns it
+  eacgm_python* python = nullptr;
   std::map<Layer, LayerPrograms> layers;
   std::vector<bpf_link*> core_links;  // the os layer's tracepoints too
+  std::vector<bpf_link*> usdt_links;  // the python layer's
 
   ~Programs() {
     for (bpf_link* link : core_links) bpf_link__destroy(link);
+    for (bpf_link* link : usdt_links) bpf_link__destroy(link);
     for (auto& [layer, progs] : layers) progs.destroy();
+    eacgm_python__destroy(python);
     eacgm_core__destroy(core);
+  }
+};
+
+// The python layer's stack sampler: one task iterator link per interpreter
+// process (it visits that process's threads only), run `hz` times a second
+// from a thread of its own. Running an iterator is a read() on a fresh
+// iterator fd; the program writes its samples to the ring buffer.
+struct Tracer::PythonSampler {
+  bpf_program* program = nullptr;
+  mutable std::mutex mutex;
+  std::map<uint32_t, bpf_link*> links;  // by pid
+  std::condition_variable wake;
+  bool stop = false;
+  std::thread thread;
+
+  ~PythonSampler() { halt(); }
+
+  void halt() {
+    {
+      std::lock_guard lock(mutex);
+      stop = true;
+    }
+    wake.notify_all();
+    if (thread.joinable()) thread.join();
+    for (auto& [pid, link] : links) bpf_link__destroy(link);
+    links.clear();
+  }
+
+  void run(double hz) {
+    using clock = std::chrono::steady_clock;
+    const auto period =
+        std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(1.0 / hz));
+    auto next = clock::now();
+    char sink[256];
+    std::unique_lock lock(mutex);
+    while (!stop) {
+      for (auto& [pid, link] : links) {
+        const int fd = bpf_iter_create(bpf_link__fd(link));
+        if (fd < 0) continue;
+        while (read(fd, sink, sizeof(sink)) > 0) {
+        }
+        close(fd);
+      }
+      next += period;
+      const auto now = clock::now();
+      if (next < now) next = now;  // fell behind (a busy machine): skip, never burst
+      wake.wait_until(lock, next, [this] { return stop; });
+    }
   }
 };
 
@@ -116,7 +178,8 @@ namespace {
 template <typename Skel>
 Result<LayerPrograms> load_layer(Layer layer, Skel* (*open)(const bpf_object_open_opts*),
                                  int (*load)(Skel*), void (*destroy)(Skel*), eacgm_core* core,
-                                 const bpf_object_open_opts* opts, bool multi) {
+                                 const bpf_object_open_opts* opts, bool multi,
+                                 bool py_attribution) {
   Skel* skel = open(opts);
   const std::string name(layer_name(layer));
   if (!skel) return Error{libbpf_error("cannot open the " + name + " BPF program", errno)};
@@ -136,6 +199,7 @@ Result<LayerPrograms> load_layer(Layer layer, Skel* (*open)(const bpf_object_ope
     skel->rodata->out_slot[i] = table[i].out_slot;
     skel->rodata->row_flags[i] = bpf_row_flags(table[i]);
   }
+  skel->rodata->py_attribution = py_attribution ? 1 : 0;
   if (multi) {
     const auto type = static_cast<bpf_attach_type>(kBpfTraceUprobeMulti);
     bpf_program__set_expected_attach_type(progs.entry, type);
@@ -222,22 +286,28 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
     p.core_links.push_back(link);
   }
 
+  const bool python = options.layers.contains(Layer::kPython);
+  if (python) {
+    if (auto r = tracer->load_python(open_opts); !r) return r.error();
+  }
   for (Layer layer : options.layers) {
     Result<LayerPrograms> progs =
         Error{fmt::format("layer {} has no BPF program", layer_name(layer))};
     switch (layer) {
       case Layer::kCuda:
         progs = load_layer(layer, eacgm_cuda__open_opts, eacgm_cuda__load, eacgm_cuda__destroy,
-                           p.core, &open_opts, tracer->multi_);
+                           p.core, &open_opts, tracer->multi_, python);
         break;
       case Layer::kNccl:
         progs = load_layer(layer, eacgm_nccl__open_opts, eacgm_nccl__load, eacgm_nccl__destroy,
-                           p.core, &open_opts, tracer->multi_);
+                           p.core, &open_opts, tracer->multi_, python);
         break;
       case Layer::kTorch:
         progs = load_layer(layer, eacgm_torch__open_opts, eacgm_torch__load, eacgm_torch__destroy,
-                           p.core, &open_opts, tracer->multi_);
+                           p.core, &open_opts, tracer->multi_, python);
         break;
+      case Layer::kPython:
+        continue;  // loaded above: the other layers' handlers read its maps
       case Layer::kOs:
         progs = load_os(p.core, &open_opts, &p.os);
         if (!progs) {
@@ -290,8 +360,122 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
 }
 
 Tracer::~Tracer() {
+  python_.reset();  // its thread runs programs_'s iterator
   probes_.clear();
   ring_buffer__free(ring_);
+}
+
+Result<void> Tracer::load_python(const bpf_object_open_opts& open_opts) {
+  Programs& p = *programs_;
+  p.python = eacgm_python__open_opts(&open_opts);
+  if (!p.python) return Error{libbpf_error("cannot open the python BPF program", errno)};
+  if (int err = reuse_shared_maps(p.python, p.core); err) {
+    return Error{libbpf_error("cannot share maps with the python BPF program", err)};
+  }
+  if (int err = eacgm_python__load(p.python); err) {
+    return Error{
+        libbpf_error("cannot load the python BPF program (does the kernel have "
+                     "sleepable task iterators, Linux 6.1 or later?)",
+                     err)};
+  }
+  std::span<const eacgm_py_layout> layouts = python_layouts();
+  for (uint32_t i = 0; i < layouts.size() && i < EACGM_PY_MAX_LAYOUTS; ++i) {
+    if (bpf_map_update_elem(bpf_map__fd(p.core->maps.py_layouts), &i, &layouts[i], BPF_ANY) != 0) {
+      return Error{fmt::format("cannot load the CPython layouts: {}", std::strerror(errno))};
+    }
+  }
+  python_ = std::make_unique<PythonSampler>();
+  python_->program = p.python->progs.py_sample;
+  return {};
+}
+
+Result<void> Tracer::add_python_process(uint32_t pid, uint64_t runtime, uint32_t layout) {
+  if (!python_) return Error{"the python layer is not enabled"};
+  const eacgm_py_proc proc{.runtime = runtime, .layout = layout, .pad = 0};
+  if (bpf_map_update_elem(bpf_map__fd(programs_->core->maps.py_procs), &pid, &proc, BPF_ANY) != 0) {
+    return Error{fmt::format("cannot register python process {}: {}", pid, std::strerror(errno))};
+  }
+  std::lock_guard lock(python_->mutex);
+  if (python_->links.contains(pid)) return {};
+  union bpf_iter_link_info info {};
+  info.task.pid = pid;
+  LIBBPF_OPTS(bpf_iter_attach_opts, opts, .link_info = &info, .link_info_len = sizeof(info));
+  bpf_link* link = bpf_program__attach_iter(python_->program, &opts);
+  if (!link) {
+    const int err = errno;
+    bpf_map_delete_elem(bpf_map__fd(programs_->core->maps.py_procs), &pid);
+    return Error{
+        fmt::format("cannot sample the Python stacks of process {}: {}", pid, std::strerror(err))};
+  }
+  python_->links.emplace(pid, link);
+  return {};
+}
+
+void Tracer::remove_python_process(uint32_t pid) {
+  if (!python_) return;
+  bpf_map_delete_elem(bpf_map__fd(programs_->core->maps.py_procs), &pid);
+  std::lock_guard lock(python_->mutex);
+  auto it = python_->links.find(pid);
+  if (it == python_->links.end()) return;
+  bpf_link__destroy(it->second);
+  python_->links.erase(it);
+}
+
+bool Tracer::is_python_process(uint32_t pid) const {
+  if (!python_) return false;
+  std::lock_guard lock(python_->mutex);
+  return python_->links.contains(pid);
+}
+
+Result<bool> Tracer::attach_python_usdt(const std::string& path, bool calls) {
+  if (!programs_->python) return Error{"the python layer is not enabled"};
+  const std::optional<FileId> id = file_id(path);
+  if (!id) return Error{fmt::format("cannot stat {}: {}", path, std::strerror(errno))};
+  if (python_usdt_files_.contains(*id)) return false;
+  python_usdt_files_.insert(*id);
+  const std::pair<bpf_program*, const char*> probes[] = {
+      {programs_->python->progs.py_function_return, "function__return"},
+      {programs_->python->progs.py_gc_start, "gc__start"},
+      {programs_->python->progs.py_gc_done, "gc__done"},
+  };
+  for (auto [prog, name] : probes) {
+    if (!calls && prog == programs_->python->progs.py_function_return) continue;
+    // Every process of the file (-1): the programs keep to targets, and a target's children
+    // are covered from their first instruction.
+    bpf_link* link = bpf_program__attach_usdt(prog, -1, path.c_str(), "python", name, nullptr);
+    if (!link) {
+      return Error{fmt::format("cannot attach the python:{} USDT probe of {}: {}", name, path,
+                               std::strerror(errno))};
+    }
+    programs_->usdt_links.push_back(link);
+  }
+  return true;
+}
+
+void Tracer::start_python_sampler(double hz) {
+  if (!python_ || python_->thread.joinable() || hz <= 0) return;
+  python_->thread = std::thread([this, hz] { python_->run(hz); });
+}
+
+std::vector<Tracer::PythonCallCount> Tracer::python_call_counts() const {
+  std::vector<PythonCallCount> out;
+  if (!programs_->python) return out;
+  struct Key {
+    uint32_t tgid, pad;
+    uint64_t file, name;
+  };
+  const int fd = bpf_map__fd(programs_->python->maps.py_calls);
+  Key key{}, next{};
+  const void* prev = nullptr;
+  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+    uint64_t count = 0;
+    if (bpf_map_lookup_elem(fd, &next, &count) == 0) {
+      out.push_back({next.tgid, next.file, next.name, count});
+    }
+    key = next;
+    prev = &key;
+  }
+  return out;
 }
 
 Result<void> Tracer::add_target(uint32_t pid) {
@@ -434,6 +618,9 @@ Result<void> Tracer::set_ioctl_devices(const std::set<uint32_t>& rdevs) {
 }
 
 void Tracer::detach_probes() {
+  if (python_) python_->halt();  // no samples once we stop listening
+  for (bpf_link* link : programs_->usdt_links) bpf_link__destroy(link);
+  programs_->usdt_links.clear();
   probes_.clear();
   // The loader probe too: nothing may stop a target once we stop listening.
   for (bpf_link* link : programs_->core_links) bpf_link__destroy(link);

@@ -20,6 +20,7 @@
 #include "probes/torch_ops.h"
 
 struct ring_buffer;
+struct bpf_object_open_opts;
 
 namespace eacgm {
 
@@ -83,12 +84,33 @@ class Tracer {
   std::optional<std::string> layer_problem(Layer layer) const;
   // Problems short of that (one tracepoint of a layer missing).
   const std::vector<std::string>& warnings() const { return warnings_; }
+  // The python layer. Registers a process running CPython: where its _PyRuntime is and which
+  // layout (index into python_layouts()) to walk it with; its threads are sampled from then on.
+  Result<void> add_python_process(uint32_t pid, uint64_t runtime, uint32_t layout);
+  void remove_python_process(uint32_t pid);
+  bool is_python_process(uint32_t pid) const;
+  // Times garbage collections, and with `calls` counts every function call, through the
+  // interpreter file's USDT probes (once per file, by inode). Returns whether it was newly
+  // attached.
+  Result<bool> attach_python_usdt(const std::string& path, bool calls);
+  // Samples the Python stacks of every registered process's threads `hz` times a second, on a
+  // thread of its own, until the Tracer is destroyed or detach_probes().
+  void start_python_sampler(double hz);
+  struct PythonCallCount {
+    uint32_t pid = 0;
+    uint64_t file_ptr = 0;  // the USDT probe's file and name strings (see eacgm_py_function)
+    uint64_t name_ptr = 0;
+    uint64_t count = 0;
+  };
+  std::vector<PythonCallCount> python_call_counts() const;
+
   // The char devices (kernel dev_t: major << 20 | minor) whose ioctls the os
   // layer times; replaces the previous set.
   Result<void> set_ioctl_devices(const std::set<uint32_t>& rdevs);
 
  private:
   Tracer() = default;
+  Result<void> load_python(const bpf_object_open_opts& open_opts);
   struct Programs;
   std::unique_ptr<Programs> programs_;
   ring_buffer* ring_ = nullptr;
@@ -102,6 +124,9 @@ class Tracer {
   TorchOpFilter torch_filter_;
   TorchOpTable torch_ops_;
   std::set<FileId> torch_skipped_;  // torch libraries examined and found nothing to probe in
+  struct PythonSampler;
+  std::unique_ptr<PythonSampler> python_;
+  std::set<FileId> python_usdt_files_;
 };
 
 }  // namespace eacgm

@@ -31,6 +31,13 @@ static_assert(offsetof(eacgm_mmap, ret) == 64);
 static_assert(offsetof(eacgm_mmap, op) == 72);
 static_assert(sizeof(eacgm_ioctl) == 24 + 4 * 8 + 2 * 4);
 static_assert(offsetof(eacgm_ioctl, fd) == 56);
+static_assert(sizeof(eacgm_py_frame) == 16);
+static_assert(sizeof(eacgm_py_sample) == 24 + 16 + EACGM_PY_MAX_FRAMES * 16);
+static_assert(offsetof(eacgm_py_code, name) == 40);
+static_assert(sizeof(eacgm_py_code) ==
+              40 + EACGM_PY_NAME_LEN + EACGM_PY_FILE_LEN + EACGM_PY_LINETABLE_LEN);
+static_assert(sizeof(eacgm_py_function) == 40 + EACGM_PY_NAME_LEN + EACGM_PY_FILE_LEN);
+static_assert(sizeof(eacgm_py_gc) == 24 + 8 + 8 + 4 + 4);
 
 namespace {
 
@@ -71,6 +78,8 @@ Result<Event> decode_call(std::span<const std::byte> data, bool finished,
   call.depth = c.depth;
   call.finished = finished;
   std::memcpy(call.raw.args.data(), c.args, sizeof(c.args));
+  call.py_code = c.py_code;
+  call.py_instr = c.py_instr;
   call.raw.out_value = c.out_value;
   // Status codes (cudaError_t, ncclResult_t) are 32-bit ints: the upper half
   // of rax is garbage.
@@ -191,6 +200,67 @@ Result<Event> decode_ioctl(std::span<const std::byte> data) {
   return Event{e};
 }
 
+Result<Event> decode_py_sample(std::span<const std::byte> data) {
+  auto raw = read_struct<eacgm_py_sample>(data, "python sample");
+  if (!raw) return raw.error();
+  PySampleEvent e;
+  e.pid = raw->hdr.tgid;
+  e.tid = raw->hdr.tid;
+  e.ts_ns = raw->hdr.ts_ns;
+  e.on_cpu = raw->on_cpu != 0;
+  e.truncated = raw->truncated != 0;
+  const uint32_t n = std::min<uint32_t>(raw->nframes, EACGM_PY_MAX_FRAMES);
+  e.frames.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) e.frames.push_back({raw->frames[i].code, raw->frames[i].instr});
+  return Event{std::move(e)};
+}
+
+Result<Event> decode_py_code(std::span<const std::byte> data) {
+  // 4 KiB of line table: read in place rather than copied whole onto the stack.
+  if (data.size() < sizeof(eacgm_py_code)) {
+    return Error{fmt::format("truncated python code record: {} bytes, need {}", data.size(),
+                             sizeof(eacgm_py_code))};
+  }
+  const auto* raw = reinterpret_cast<const eacgm_py_code*>(data.data());
+  PyCodeEvent e;
+  e.pid = raw->hdr.tgid;
+  e.ts_ns = raw->hdr.ts_ns;
+  e.code = raw->code;
+  e.firstlineno = raw->firstlineno;
+  e.name = c_string(raw->name, sizeof(raw->name));
+  e.file = c_string(raw->file, sizeof(raw->file));
+  const uint32_t kept = std::min<uint32_t>(raw->linetable_len, EACGM_PY_LINETABLE_LEN);
+  e.linetable.assign(raw->linetable, raw->linetable + kept);
+  e.linetable_complete = raw->linetable_len <= EACGM_PY_LINETABLE_LEN;
+  return Event{std::move(e)};
+}
+
+Result<Event> decode_py_function(std::span<const std::byte> data) {
+  auto raw = read_struct<eacgm_py_function>(data, "python function");
+  if (!raw) return raw.error();
+  PyFunctionEvent e;
+  e.pid = raw->hdr.tgid;
+  e.ts_ns = raw->hdr.ts_ns;
+  e.file_ptr = raw->file_ptr;
+  e.name_ptr = raw->name_ptr;
+  e.name = c_string(raw->name, sizeof(raw->name));
+  e.file = c_string(raw->file, sizeof(raw->file));
+  return Event{std::move(e)};
+}
+
+Result<Event> decode_py_gc(std::span<const std::byte> data) {
+  auto raw = read_struct<eacgm_py_gc>(data, "python gc");
+  if (!raw) return raw.error();
+  PyGcEvent e;
+  e.pid = raw->hdr.tgid;
+  e.tid = raw->hdr.tid;
+  e.ts_ns = raw->hdr.ts_ns;
+  e.duration_ns = raw->duration_ns;
+  e.collected = raw->collected;
+  e.generation = raw->generation;
+  return Event{e};
+}
+
 }  // namespace
 
 Result<Event> decode_event(std::span<const std::byte> data, const TorchOpTable* torch) {
@@ -217,6 +287,14 @@ Result<Event> decode_event(std::span<const std::byte> data, const TorchOpTable* 
       return decode_mmap(data);
     case EACGM_EV_IOCTL:
       return decode_ioctl(data);
+    case EACGM_EV_PY_SAMPLE:
+      return decode_py_sample(data);
+    case EACGM_EV_PY_CODE:
+      return decode_py_code(data);
+    case EACGM_EV_PY_FUNCTION:
+      return decode_py_function(data);
+    case EACGM_EV_PY_GC:
+      return decode_py_gc(data);
     default:
       return Error{fmt::format("unknown event kind {}", header->kind)};
   }

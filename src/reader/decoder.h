@@ -10,6 +10,7 @@
 
 #include "common/result.h"
 #include "probes/torch_ops.h"
+#include "session/python_events.h"
 #include "session/session.h"
 
 namespace eacgm {
@@ -25,7 +26,8 @@ struct ProcEvent {
   std::string comm;
 };
 
-using Event = std::variant<CallRecord, ProcEvent, SignalEvent, OomKillEvent, MmapEvent, IoctlEvent>;
+using Event = std::variant<CallRecord, ProcEvent, SignalEvent, OomKillEvent, MmapEvent, IoctlEvent,
+                           PySampleEvent, PyCodeEvent, PyFunctionEvent, PyGcEvent>;
 
 // `torch`: the torch layer's rows (made at run time, see probes/torch_ops.h); without it a
 // torch call record is an error like any record of an unknown function.

@@ -13,6 +13,7 @@
 #include "probes/probe_table.h"
 #include "session/nested_time.h"
 #include "session/os_events.h"
+#include "session/python_events.h"
 
 namespace eacgm {
 
@@ -23,6 +24,8 @@ struct CollectiveRef {
   int rank = -1;
   int nranks = 0;
 };
+
+struct PythonSite;  // python/python_profile.h
 
 // One finished traced call, decoded from the ring buffer (or, for rows that
 // announce their start, a call that has just begun: finished == false).
@@ -37,6 +40,11 @@ struct CallRecord {
   bool finished = true;
   RawCall raw;
   std::optional<CollectiveRef> collective;  // set by the recorder for NCCL collectives
+  // The caller's innermost Python frame when the call started (python layer): raw, and as
+  // resolved by the recorder (owned by the session's PythonProfile), nullptr when unknown.
+  uint64_t py_code = 0;
+  uint64_t py_instr = 0;
+  const PythonSite* py_site = nullptr;
 
   Layer layer() const { return spec->layer; }
   std::string_view name() const { return spec->symbol; }
@@ -149,6 +157,7 @@ class Session {
   std::map<uint32_t, DeviceMemory> device_memory;  // by pid
   std::vector<Anomaly> anomalies;
   OsActivity os;  // the os layer's signals, OOM kills, mappings and ioctls
+  std::vector<PyGcEvent> python_gc;  // the python layer's garbage collections
   // The torch layer's operators nest: what each call's self time excludes.
   NestedTime torch_nesting;
 

@@ -1,5 +1,6 @@
 #include "sinks/perfetto_writer.h"
 
+#include <fmt/format.h>
 #include <time.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "perfetto_trace.pb.h"
 #endif
 
+#include "python/python_profile.h"
 #include "sinks/perfetto_gpu.h"
 
 namespace eacgm {
@@ -211,6 +213,12 @@ void PerfettoWriter::append_call_packets(const CallRecord& call, std::string* be
   // asked for is still in its arguments.
   add_annotation(event, "bytes", call.failed() ? 0 : static_cast<int64_t>(call.bytes()));
   add_annotation(event, "depth", static_cast<int64_t>(call.depth));
+  if (call.py_site) {
+    add_annotation(event, "python",
+                   call.py_site->line > 0
+                       ? fmt::format("{} line {}", call.py_site->function, call.py_site->line)
+                       : call.py_site->function);
+  }
   if (call.collective) {
     const CollectiveRef& c = *call.collective;
     add_annotation(event, "comm", c.comm_id);

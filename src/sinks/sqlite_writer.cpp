@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "python/python_profile.h"
+
 namespace eacgm {
 namespace {
 
@@ -31,7 +33,10 @@ CREATE TABLE calls(
   error TEXT,
   bytes INTEGER NOT NULL,
   depth INTEGER NOT NULL,
-  args TEXT NOT NULL
+  args TEXT NOT NULL,
+  py_function TEXT,
+  py_file TEXT,
+  py_line INTEGER
 );
 CREATE TABLE collectives(
   call_id INTEGER PRIMARY KEY REFERENCES calls(id),
@@ -85,6 +90,23 @@ CREATE TABLE os_events(
   value INTEGER,
   detail TEXT NOT NULL
 );
+CREATE TABLE python_functions(
+  function TEXT PRIMARY KEY,
+  file TEXT,
+  first_line INTEGER,
+  count INTEGER,
+  samples INTEGER NOT NULL,
+  total_ns INTEGER NOT NULL,
+  self_ns INTEGER NOT NULL
+);
+CREATE TABLE python_gc(
+  pid INTEGER NOT NULL,
+  tid INTEGER NOT NULL,
+  start_ns INTEGER NOT NULL,
+  duration_ns INTEGER NOT NULL,
+  generation INTEGER NOT NULL,
+  collected INTEGER NOT NULL
+);
 )sql";
 
 // Built at finish(), after the bulk inserts: maintaining them row by row
@@ -96,7 +118,7 @@ CREATE INDEX IF NOT EXISTS calls_by_pid_start ON calls(pid, start_ns);
 
 constexpr const char* kInsertCall =
     "INSERT INTO calls(pid, tid, layer, name, start_ns, duration_ns, ret, error, bytes, depth, "
-    "args) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    "args, py_function, py_file, py_line) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
 constexpr const char* kInsertCollective =
     "INSERT INTO collectives(call_id, comm, rank, nranks, seq) VALUES(?, ?, ?, ?, ?)";
@@ -343,6 +365,17 @@ void SqliteWriter::on_call(const CallRecord& call) {
   bind_int(stmt, 9, call.failed() ? 0 : static_cast<int64_t>(call.bytes()));
   bind_int(stmt, 10, call.depth);
   bind_text(stmt, 11, args_json(call));
+  if (call.py_site) {
+    bind_text(stmt, 12, call.py_site->function);
+    bind_text(stmt, 13, call.py_site->file);
+    if (call.py_site->line > 0) {
+      bind_int(stmt, 14, call.py_site->line);
+    } else {
+      sqlite3_bind_null(stmt, 14);
+    }
+  } else {
+    for (int i : {12, 13, 14}) sqlite3_bind_null(stmt, i);
+  }
   const int rc = sqlite3_step(stmt);
   sqlite3_reset(stmt);
   if (rc != SQLITE_DONE) {
@@ -467,6 +500,7 @@ Result<void> SqliteWriter::write_session(const Session& session) {
   }
 
   if (Result<void> r = write_os_events(session); !r.ok()) return r;
+  if (Result<void> r = write_python(session); !r.ok()) return r;
 
   if (Result<void> r = prepare("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", &raw);
       !r.ok()) {
@@ -510,6 +544,54 @@ Result<void> SqliteWriter::write_session(const Session& session) {
 // The os layer's findings, one row each: signals, OOM kills, each process's
 // MAP_POPULATE summary, and the ioctls over the slow threshold. Rare by
 // nature (mmap calls themselves are summarized, not stored).
+Result<void> SqliteWriter::write_python(const Session& session) {
+  auto layer = session.layers.find(Layer::kPython);
+  if (layer == session.layers.end()) return {};
+  sqlite3_stmt* raw = nullptr;
+  if (Result<void> r = prepare(
+          "INSERT INTO python_functions(function, file, first_line, count, samples, total_ns, "
+          "self_ns) VALUES(?, ?, ?, ?, ?, ?, ?)",
+          &raw);
+      !r.ok()) {
+    return r;
+  }
+  Stmt insert(raw);
+  const nlohmann::json functions = layer->second.extra.value("functions", nlohmann::json::object());
+  for (const auto& [name, f] : functions.items()) {
+    sqlite3_stmt* stmt = insert.get();
+    sqlite3_reset(stmt);
+    sqlite3_clear_bindings(stmt);
+    bind_text(stmt, 1, name);
+    bind_text(stmt, 2, f.value("file", ""));
+    bind_int(stmt, 3, f.value("first_line", 0));
+    if (f.contains("count")) bind_int(stmt, 4, f["count"].get<int64_t>());
+    bind_int(stmt, 5, f.value("samples", int64_t{0}));
+    bind_int(stmt, 6, f.value("total_ns", int64_t{0}));
+    bind_int(stmt, 7, f.value("self_ns", int64_t{0}));
+    if (sqlite3_step(stmt) != SQLITE_DONE) return sqlite_error("inserting python functions");
+  }
+  if (Result<void> r =
+          prepare("INSERT INTO python_gc(pid, tid, start_ns, duration_ns, generation, collected) "
+                  "VALUES(?, ?, ?, ?, ?, ?)",
+                  &raw);
+      !r.ok()) {
+    return r;
+  }
+  insert.reset(raw);
+  for (const PyGcEvent& gc : session.python_gc) {
+    sqlite3_stmt* stmt = insert.get();
+    sqlite3_reset(stmt);
+    bind_int(stmt, 1, gc.pid);
+    bind_int(stmt, 2, gc.tid);
+    bind_int(stmt, 3, static_cast<int64_t>(gc.ts_ns));
+    bind_int(stmt, 4, static_cast<int64_t>(gc.duration_ns));
+    bind_int(stmt, 5, gc.generation);
+    bind_int(stmt, 6, gc.collected);
+    if (sqlite3_step(stmt) != SQLITE_DONE) return sqlite_error("inserting python gc");
+  }
+  return {};
+}
+
 Result<void> SqliteWriter::write_os_events(const Session& session) {
   sqlite3_stmt* raw = nullptr;
   if (Result<void> r = prepare("INSERT INTO os_events(pid, tid, kind, ts_ns, name, value, detail) "

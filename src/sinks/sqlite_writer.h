@@ -59,6 +59,7 @@ class SqliteWriter : public Sink {
   void end_batch_rows(size_t rows);  // counts rows; commits a full or old batch
   Result<void> write_session(const Session& session);
   Result<void> write_os_events(const Session& session);
+  Result<void> write_python(const Session& session);
   Error sqlite_error(const std::string& what) const;
   void fail(Error error);
 

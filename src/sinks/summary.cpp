@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -201,6 +202,37 @@ Result<void> write_summary(const Session& session, const std::string& path) {
   return {};
 }
 
+namespace {
+
+// The python layer: the functions that took the most wall-clock time.
+template <typename Line>
+void python_report(const LayerState& state, Line& line) {
+  const nlohmann::json functions = state.extra.value("functions", nlohmann::json::object());
+  std::vector<std::pair<uint64_t, std::string>> by_time;
+  for (const auto& [name, f] : functions.items()) {
+    by_time.emplace_back(f.value("total_ns", uint64_t{0}), name);
+  }
+  std::sort(by_time.rbegin(), by_time.rend());
+  line(fmt::format("\n[python] {} interpreter(s), {} samples at {} Hz",
+                   state.extra.value("interpreters", nlohmann::json::array()).size(),
+                   state.extra.value("samples", 0), state.extra.value("sample_rate_hz", 0.0)));
+  if (by_time.empty()) {
+    line("  no Python code sampled");
+    return;
+  }
+  line(fmt::format("  {:<48} {:>11} {:>11} {:>9}", "function (top 10 by time on stack)", "total",
+                   "self", "calls"));
+  for (size_t i = 0; i < by_time.size() && i < 10; ++i) {
+    const nlohmann::json& f = functions[by_time[i].second];
+    line(fmt::format("  {:<48} {:>11} {:>11} {:>9}", by_time[i].second,
+                     human_ns(f.value("total_ns", uint64_t{0})),
+                     human_ns(f.value("self_ns", uint64_t{0})),
+                     f.contains("count") ? std::to_string(f["count"].get<uint64_t>()) : "-"));
+  }
+}
+
+}  // namespace
+
 std::string text_report(const Session& s) {
   std::string out;
   auto line = [&out](std::string_view text) {
@@ -226,6 +258,10 @@ std::string text_report(const Session& s) {
     }
     if (layer == Layer::kGpu) {
       for (const std::string& text : gpu_report_lines(s)) line(text);
+      continue;
+    }
+    if (layer == Layer::kPython) {
+      python_report(state, line);
       continue;
     }
     line(fmt::format("\n[{}] {} {} traced", layer_name(layer), state.libraries.size(),

@@ -1,0 +1,334 @@
+#include "python/python_profile.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "python/python_layouts.h"
+#include "python/python_lines.h"
+
+namespace eacgm {
+namespace {
+
+std::string base_name(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+}
+
+std::string function_key(std::string_view file, std::string_view name) {
+  return fmt::format("{}:{}", base_name(file), name);
+}
+
+// FNV-1a over the outer frames' code objects.
+uint64_t stack_hash(const std::vector<PyFrameRef>& frames) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 1; i < frames.size(); ++i) {
+    h ^= frames[i].code;
+    h *= 1099511628211ull;
+  }
+  return h ^ frames.size();
+}
+
+// Frames of the interpreter's own machinery and the standard library say
+// little about where the job's time goes; the first frame outside them is the
+// one a person edits.
+bool is_library_file(std::string_view file) {
+  return file.starts_with('<') || file.find("/lib/python3") != std::string_view::npos ||
+         file.find("site-packages/") != std::string_view::npos ||
+         file.find("dist-packages/") != std::string_view::npos;
+}
+
+}  // namespace
+
+void PythonProfile::add_interpreter(Interpreter interpreter) {
+  interpreters_[interpreter.pid] = std::move(interpreter);
+}
+
+void PythonProfile::on_fork(uint32_t parent, uint32_t child) {
+  auto it = interpreters_.find(parent);
+  if (it == interpreters_.end()) return;
+  Interpreter copy = it->second;
+  copy.pid = child;
+  interpreters_[child] = std::move(copy);
+  // The child's code objects are its parent's, at the same addresses; BPF describes each
+  // again when the child shows it, which replaces these.
+  std::vector<std::pair<CodeKey, Code>> inherited;
+  for (auto c = codes_.lower_bound({parent, 0}); c != codes_.end() && c->first.first == parent;
+       ++c) {
+    inherited.emplace_back(CodeKey{child, c->first.second}, c->second);
+  }
+  for (auto& [key, code] : inherited) codes_.insert_or_assign(key, std::move(code));
+}
+
+void PythonProfile::forget(uint32_t pid) { interpreters_.erase(pid); }
+
+void PythonProfile::on_code(const PyCodeEvent& event) {
+  Code c;
+  c.name = event.name;
+  c.file = event.file;
+  c.key = function_key(event.file, event.name);
+  c.first_line = static_cast<int>(event.firstlineno);
+  // A truncated table would give wrong lines past its end: keep none (line 0).
+  if (event.linetable_complete) c.linetable = event.linetable;
+  codes_.insert_or_assign(CodeKey{event.pid, event.code}, std::move(c));
+}
+
+void PythonProfile::on_function(const PyFunctionEvent& event) {
+  usdt_names_[{event.pid, event.file_ptr, event.name_ptr}] = {event.file, event.name};
+}
+
+void PythonProfile::on_gc(const PyGcEvent& event) {
+  PythonGcStats& s = gc_by_generation_[event.generation];
+  ++s.collections;
+  s.total_ns += event.duration_ns;
+  s.max_ns = std::max(s.max_ns, event.duration_ns);
+  if (event.collected > 0) s.collected += event.collected;
+  gc_events_.push_back(event);
+}
+
+const PythonProfile::Code* PythonProfile::code(uint32_t pid, uint64_t code) const {
+  auto it = codes_.find({pid, code});
+  return it == codes_.end() ? nullptr : &it->second;
+}
+
+const PythonSite* PythonProfile::site(uint32_t pid, uint64_t code_addr, uint64_t instr) {
+  if (code_addr == 0) return nullptr;
+  const auto cache_key = std::tuple{pid, code_addr, instr};
+  if (auto it = site_cache_.find(cache_key); it != site_cache_.end()) return it->second;
+  const Code* c = code(pid, code_addr);
+  if (!c) return nullptr;  // not described (yet): no name to give
+  int line = 0;
+  if (auto interp = interpreters_.find(pid);
+      interp != interpreters_.end() && !c->linetable.empty()) {
+    const int version = interp->second.version;
+    if (const eacgm_py_layout* layout = python_layout(static_cast<uint32_t>(version))) {
+      const auto v = static_cast<uint32_t>(version);
+      if (auto offset = python_instruction_offset(v, *layout, code_addr, instr)) {
+        line = python_line(v, c->linetable, c->first_line, *offset);
+      }
+    }
+  }
+  const std::string key = fmt::format("{}\n{}\n{}", c->key, c->file, line);
+  auto [it, inserted] = sites_.try_emplace(key);
+  if (inserted) it->second = PythonSite{c->key, c->file, line};
+  site_cache_.emplace(cache_key, &it->second);
+  return &it->second;
+}
+
+void PythonProfile::on_sample(const PySampleEvent& event) {
+  if (event.frames.empty()) return;
+  ++samples_;
+  Thread& t = threads_[{event.pid, event.tid}];
+  const uint64_t period = period_ns();
+  // A sample stands for the time since the thread's previous one, but never more than two
+  // periods: a thread that left Python (or was not sampled) in between is not charged.
+  uint64_t weight = period;
+  if (t.last_ns != 0 && event.ts_ns > t.last_ns)
+    weight = std::min(event.ts_ns - t.last_ns, 2 * period);
+  const bool gap = t.last_ns != 0 && event.ts_ns > t.last_ns + 2 * period;
+  t.last_ns = event.ts_ns;
+
+  std::set<std::string_view> seen;  // recursion counts a function once per sample
+  for (size_t i = 0; i < event.frames.size(); ++i) {
+    const Code* c = code(event.pid, event.frames[i].code);
+    if (!c) continue;
+    PythonFunctionStats& f = functions_[c->key];
+    if (f.file.empty()) {
+      f.file = c->file;
+      f.first_line = c->first_line;
+    }
+    if (i == 0) f.self_ns += weight;
+    if (seen.insert(c->key).second) {
+      f.total_ns += weight;
+      ++f.samples;
+    }
+  }
+
+  const PyFrameRef& top = event.frames.front();
+  const uint64_t hash = stack_hash(event.frames);
+  if (t.call && (gap || t.call->code != top.code || t.call->stack_hash != hash)) {
+    close_call(event.pid, event.tid, *t.call);
+    t.call.reset();
+  }
+  if (!t.call) {
+    t.call = OpenCall{.code = top.code,
+                      .stack_hash = hash,
+                      .instr = top.instr,
+                      .first_ns = event.ts_ns,
+                      .last_ns = event.ts_ns,
+                      .samples = 0,
+                      .on_cpu = 0,
+                      .outer = {event.frames.begin() + 1, event.frames.end()}};
+  }
+  t.call->last_ns = event.ts_ns;
+  t.call->instr = top.instr;
+  ++t.call->samples;
+  if (event.on_cpu) ++t.call->on_cpu;
+}
+
+void PythonProfile::close_call(uint32_t pid, uint32_t tid, const OpenCall& call) {
+  // Seen from first to last sample: it ran that long and up to a period more on each side.
+  const uint64_t duration = call.last_ns - call.first_ns + period_ns();
+  if (duration <= options_.slow_call_ns) return;
+  if (tid != pid && !working_threads_.contains({pid, tid})) return;  // an idle helper thread
+  const Code* c = code(pid, call.code);
+  if (!c) return;
+  SlowCall s;
+  s.pid = pid;
+  s.tid = tid;
+  s.start_ns = call.first_ns;
+  s.duration_ns = duration;
+  s.on_cpu = call.samples ? static_cast<double>(call.on_cpu) / call.samples : 0;
+  s.function = c->key;
+  s.file = c->file;
+  if (const PythonSite* where = site(pid, call.code, call.instr)) s.line = where->line;
+  for (const PyFrameRef& f : call.outer) {
+    const Code* outer = code(pid, f.code);
+    if (!outer) continue;
+    const PythonSite* where = site(pid, f.code, f.instr);
+    std::string frame = where && where->line ? fmt::format("{} ({}:{})", outer->key,
+                                                           base_name(outer->file), where->line)
+                                             : outer->key;
+    if (s.called_from.empty() && !is_library_file(outer->file)) s.called_from = frame;
+    s.stack.push_back(std::move(frame));
+  }
+  slow_calls_.push_back(std::move(s));
+}
+
+std::vector<Anomaly> PythonProfile::take_anomalies(const Session& session, uint64_t now_ns,
+                                                   bool final) {
+  if (final) {
+    for (auto& [key, t] : threads_) {
+      if (t.call) close_call(key.first, key.second, *t.call);
+      t.call.reset();
+    }
+  } else {
+    // A call still open past the threshold is reported when it ends; one whose thread has
+    // not been sampled for two periods has ended.
+    for (auto& [key, t] : threads_) {
+      if (t.call && now_ns > t.last_ns + 2 * period_ns()) {
+        close_call(key.first, key.second, *t.call);
+        t.call.reset();
+      }
+    }
+  }
+  std::vector<Anomaly> out;
+  for (SlowCall& s : slow_calls_) {
+    // A launcher's main thread waits for its children by design.
+    const bool launcher = std::any_of(session.processes.begin(), session.processes.end(),
+                                      [&s](const auto& p) { return p.second.ppid == s.pid; });
+    if (launcher) continue;
+    // A callback that stalls every step is one finding, not one per step: the first is
+    // reported, the rest counted (layers.python.slow_calls).
+    SlowCallSummary& summary = slow_summary_[{s.pid, s.function, s.line}];
+    ++summary.occurrences;
+    summary.total_ns += s.duration_ns;
+    summary.max_ns = std::max(summary.max_ns, s.duration_ns);
+    if (summary.occurrences > 1) continue;
+    const std::string& called_from = s.called_from;
+    Anomaly a;
+    a.kind = "slow_call";
+    a.layer = Layer::kPython;
+    a.pid = s.pid;
+    if (const ProcessInfo* p = session.find_process(s.pid)) a.rank = p->rank;
+    a.t_s = s.start_ns > session.start_ns ? (s.start_ns - session.start_ns) / 1e9 : 0;
+    a.score = -static_cast<double>(s.duration_ns) / 1e9;
+    const std::string where =
+        s.line ? fmt::format("{}:{}", base_name(s.file), s.line) : base_name(s.file);
+    a.evidence = {{"function", s.function},
+                  {"file", s.file},
+                  {"line", s.line},
+                  {"tid", s.tid},
+                  {"duration_ms", s.duration_ns / 1e6},
+                  {"threshold_ms", options_.slow_call_ns / 1e6},
+                  {"on_cpu_fraction", s.on_cpu},
+                  {"stack", s.stack},
+                  {"called_from", s.called_from}};
+    a.message = fmt::format(
+        "python: {} ({}) stayed the innermost Python call for {:.0f} ms without returning "
+        "(thread {} of pid {}; on CPU {:.0f}% of the time){}",
+        s.function, where, s.duration_ns / 1e6, s.tid, s.pid, 100 * s.on_cpu,
+        called_from.empty() ? "" : fmt::format(", called from {}", called_from));
+    a.suggestion =
+        s.on_cpu < 0.5
+            ? "it was waiting (I/O, a lock, a sleep or a device sync): make that I/O "
+              "asynchronous or move it off the training thread (a DataLoader worker, a "
+              "background thread)"
+            : "it was computing in Python: vectorise it, move it to a worker, or profile that "
+              "function";
+    out.push_back(std::move(a));
+  }
+  slow_calls_.clear();
+  return out;
+}
+
+void PythonProfile::add_call_count(uint32_t pid, uint64_t file_ptr, uint64_t name_ptr,
+                                   uint64_t count) {
+  auto names = usdt_names_.find({pid, file_ptr, name_ptr});
+  if (names == usdt_names_.end()) return;  // its name event was lost: nothing to name it by
+  const auto& [file, name] = names->second;
+  // The probe passes co_name; the samples know co_qualname. Where exactly one code object of
+  // the process has this file and a qualname ending in this name, that is the function.
+  std::string key = function_key(file, name);
+  std::string found;
+  int matches = 0;
+  for (auto c = codes_.lower_bound({pid, 0}); c != codes_.end() && c->first.first == pid; ++c) {
+    const Code& code = c->second;
+    if (code.file != file) continue;
+    if (code.name == name || code.name.ends_with("." + name)) {
+      if (found != code.key) ++matches;
+      found = code.key;
+    }
+  }
+  if (matches == 1) key = found;
+  PythonFunctionStats& f = functions_[key];
+  if (f.file.empty()) f.file = file;
+  f.count = f.count.value_or(0) + count;
+}
+
+nlohmann::json PythonProfile::figures() const {
+  using nlohmann::json;
+  json functions = json::object();
+  for (const auto& [key, f] : functions_) {
+    json j = {{"file", f.file},
+              {"first_line", f.first_line},
+              {"samples", f.samples},
+              {"total_ns", f.total_ns},
+              {"self_ns", f.self_ns}};
+    if (f.count) j["count"] = *f.count;
+    functions[key] = std::move(j);
+  }
+  json gc = json::object();
+  for (const auto& [generation, s] : gc_by_generation_) {
+    gc[std::to_string(generation)] = {{"collections", s.collections},
+                                      {"total_ns", s.total_ns},
+                                      {"max_ns", s.max_ns},
+                                      {"collected", s.collected}};
+  }
+  json interpreters = json::array();
+  for (const auto& [pid, i] : interpreters_) {
+    interpreters.push_back({{"pid", pid},
+                            {"version", fmt::format("{}.{}", i.version / 100, i.version % 100)},
+                            {"path", i.path},
+                            {"usdt", i.usdt}});
+  }
+  json slow = json::array();
+  for (const auto& [key, summary] : slow_summary_) {
+    const auto& [pid, function, line] = key;
+    slow.push_back({{"pid", pid},
+                    {"function", function},
+                    {"line", line},
+                    {"occurrences", summary.occurrences},
+                    {"total_ms", summary.total_ns / 1e6},
+                    {"max_ms", summary.max_ns / 1e6}});
+  }
+  return {{"functions", std::move(functions)},
+          {"slow_calls", std::move(slow)},
+          {"gc", std::move(gc)},
+          {"interpreters", std::move(interpreters)},
+          {"sample_rate_hz", options_.rate_hz},
+          {"samples", samples_},
+          {"slow_call_threshold_ms", options_.slow_call_ns / 1e6}};
+}
+
+}  // namespace eacgm

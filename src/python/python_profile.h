@@ -1,0 +1,159 @@
+// What the python layer learned about a session's Python code: time per
+// function from stack samples, calls per function from the USDT probes,
+// garbage-collection pauses, slow calls, and the Python line behind each
+// traced call of the other layers.
+//
+// Functions are keyed `file.py:qualname` (the file's base name; the full
+// path is kept beside). Time comes from wall-clock samples of every thread,
+// running or waiting: a sample stands for the time since that thread's
+// previous one (at most two periods), so `total_ns` (the function anywhere on
+// the stack) and `self_ns` (innermost) are estimates within a period or two
+// per stretch of code.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "session/python_events.h"
+#include "session/session.h"
+
+namespace eacgm {
+
+// A place in Python code: what a traced call is attributed to.
+struct PythonSite {
+  std::string function;  // file.py:qualname
+  std::string file;      // co_filename as given
+  int line = 0;          // 0 when the line table says nothing
+};
+
+struct PythonFunctionStats {
+  std::string file;
+  int first_line = 0;
+  std::optional<uint64_t> count;  // calls, where the interpreter has USDT probes
+  uint64_t samples = 0;           // samples with the function on the stack
+  uint64_t total_ns = 0;
+  uint64_t self_ns = 0;
+};
+
+struct PythonGcStats {
+  uint64_t collections = 0;
+  uint64_t total_ns = 0;
+  uint64_t max_ns = 0;
+  int64_t collected = 0;
+};
+
+class PythonProfile {
+ public:
+  struct Options {
+    double rate_hz = 99;
+    uint64_t slow_call_ns = 100'000'000;
+  };
+  PythonProfile() = default;
+  explicit PythonProfile(Options options) : options_(options) {}
+
+  struct Interpreter {
+    uint32_t pid = 0;
+    int version = 0;  // major * 100 + minor
+    std::string path;
+    bool usdt = false;
+  };
+  void add_interpreter(Interpreter interpreter);
+  // A fork inherits its parent's interpreter and code objects.
+  void on_fork(uint32_t parent, uint32_t child);
+  void forget(uint32_t pid);  // exec'd into something else
+  bool has_interpreter(uint32_t pid) const { return interpreters_.contains(pid); }
+
+  void on_code(const PyCodeEvent& event);
+  void on_function(const PyFunctionEvent& event);
+  void on_gc(const PyGcEvent& event);
+  // Folds a sample into the per-function time; a call that stayed innermost past the
+  // threshold on a thread that does the job's work ends up in take_anomalies().
+  void on_sample(const PySampleEvent& event);
+  // Threads that made traced calls of another layer do the job's work (with main threads).
+  void note_working_thread(uint32_t pid, uint32_t tid) { working_threads_.insert({pid, tid}); }
+
+  // The site of a call's innermost Python frame; nullptr when unknown. The pointer stays
+  // valid for the profile's life.
+  const PythonSite* site(uint32_t pid, uint64_t code, uint64_t instr);
+
+  // Slow calls found since the last take (`session` says which processes are launchers:
+  // those with children, whose main thread only waits). `final` closes calls still open.
+  std::vector<Anomaly> take_anomalies(const Session& session, uint64_t now_ns, bool final);
+  // USDT call counts (tracer), by the probe's string pointers.
+  void add_call_count(uint32_t pid, uint64_t file_ptr, uint64_t name_ptr, uint64_t count);
+
+  const std::map<std::string, PythonFunctionStats>& functions() const { return functions_; }
+  const std::vector<PyGcEvent>& gc_events() const { return gc_events_; }
+  // layers.python's figures for summary.json.
+  nlohmann::json figures() const;
+
+ private:
+  struct Code {
+    std::string key;  // file.py:qualname
+    std::string name;
+    std::string file;
+    int first_line = 0;
+    std::vector<uint8_t> linetable;
+  };
+  using CodeKey = std::pair<uint32_t, uint64_t>;  // (pid, code object)
+  // One call seen as the innermost frame of a thread over consecutive samples.
+  struct OpenCall {
+    uint64_t code = 0;
+    uint64_t stack_hash = 0;  // the outer frames': the same function called again is another call
+    uint64_t instr = 0;       // at the last sample
+    uint64_t first_ns = 0;
+    uint64_t last_ns = 0;
+    uint64_t samples = 0;
+    uint64_t on_cpu = 0;
+    std::vector<PyFrameRef> outer;  // at the first sample, innermost first, for the report
+  };
+  struct Thread {
+    uint64_t last_ns = 0;
+    std::optional<OpenCall> call;
+  };
+
+  const Code* code(uint32_t pid, uint64_t code) const;
+  void close_call(uint32_t pid, uint32_t tid, const OpenCall& call);
+  uint64_t period_ns() const { return static_cast<uint64_t>(1e9 / options_.rate_hz); }
+
+  Options options_;
+  std::map<uint32_t, Interpreter> interpreters_;
+  std::map<CodeKey, Code> codes_;
+  std::map<std::tuple<uint32_t, uint64_t, uint64_t>, std::pair<std::string, std::string>>
+      usdt_names_;  // (pid, file ptr, name ptr) -> (file, name)
+  std::map<std::string, PythonFunctionStats> functions_;
+  std::map<std::pair<uint32_t, uint32_t>, Thread> threads_;
+  std::set<std::pair<uint32_t, uint32_t>> working_threads_;
+  std::unordered_map<std::string, PythonSite> sites_;  // by "function\0line"
+  std::map<std::tuple<uint32_t, uint64_t, uint64_t>, const PythonSite*> site_cache_;
+  std::vector<PyGcEvent> gc_events_;
+  std::map<int, PythonGcStats> gc_by_generation_;
+  struct SlowCall {
+    uint32_t pid = 0;
+    uint32_t tid = 0;
+    uint64_t start_ns = 0;
+    uint64_t duration_ns = 0;
+    double on_cpu = 0;
+    std::string function;
+    std::string file;
+    int line = 0;
+    std::vector<std::string> stack;  // outer frames, innermost first
+    std::string called_from;         // the innermost outer frame outside the standard library
+  };
+  std::vector<SlowCall> slow_calls_;  // found, not yet taken
+  struct SlowCallSummary {
+    uint64_t occurrences = 0;
+    uint64_t total_ns = 0;
+    uint64_t max_ns = 0;
+  };
+  std::map<std::tuple<uint32_t, std::string, int>, SlowCallSummary> slow_summary_;
+  uint64_t samples_ = 0;
+};
+
+}  // namespace eacgm

@@ -1,0 +1,57 @@
+// The python layer's events, decoded (bpf/python.bpf.c makes them).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace eacgm {
+
+// One frame of a sampled stack: a code object and the raw instruction word of
+// the version's layout (see eacgm_py_layout.frame_instr).
+struct PyFrameRef {
+  uint64_t code = 0;
+  uint64_t instr = 0;
+};
+
+struct PySampleEvent {
+  uint32_t pid = 0;
+  uint32_t tid = 0;
+  uint64_t ts_ns = 0;
+  bool on_cpu = false;
+  bool truncated = false;          // deeper than the frames kept
+  std::vector<PyFrameRef> frames;  // innermost first
+};
+
+// A code object described the first time a process showed it.
+struct PyCodeEvent {
+  uint32_t pid = 0;
+  uint64_t ts_ns = 0;
+  uint64_t code = 0;
+  uint32_t firstlineno = 0;
+  std::string name;  // co_qualname (3.11+) or co_name
+  std::string file;  // co_filename
+  std::vector<uint8_t> linetable;
+  bool linetable_complete = false;  // the whole table was copied
+};
+
+// A function the USDT probes saw return for the first time in a process.
+struct PyFunctionEvent {
+  uint32_t pid = 0;
+  uint64_t ts_ns = 0;
+  uint64_t file_ptr = 0;
+  uint64_t name_ptr = 0;
+  std::string name;  // co_name
+  std::string file;  // co_filename
+};
+
+struct PyGcEvent {
+  uint32_t pid = 0;
+  uint32_t tid = 0;
+  uint64_t ts_ns = 0;
+  uint64_t duration_ns = 0;
+  int64_t collected = 0;
+  int generation = 0;
+};
+
+}  // namespace eacgm

@@ -1,0 +1,224 @@
+"""bpf: the python layer on real interpreters.
+
+Debian's /usr/bin/python3.11 has USDT probes: calls are counted exactly and garbage collections
+timed. Every interpreter, with or without USDT (pyenv's builds have none), is sampled by walking
+its own structures from BPF: a known 300 ms function must get about its time and be flagged as
+a slow call, a 1 ms one must not. A CUDA call made through ctypes on the simulated runtime must
+carry the Python line that made it."""
+import glob
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from eacgm_testlib import EACGM, EacgmTest, Session, require_root, SIM_CUDART  # noqa: E402
+
+DEBIAN_PYTHON = "/usr/bin/python3.11"
+
+
+def pyenv_pythons():
+    """pyenv's interpreters (built without USDT), newest patch release per minor version."""
+    found = {}
+    for path in sorted(glob.glob("/root/.pyenv/versions/3.*/bin/python3.*")):
+        m = re.search(r"/versions/(3\.(\d+)\.\d+)/bin/python3\.\d+$", path)
+        if m and 8 <= int(m.group(2)) <= 13:
+            found[int(m.group(2))] = path
+    return found
+
+
+# Line numbers below are asserted: keep the script's layout.
+TIMED_JOB = textwrap.dedent("""\
+    import time
+
+    def quick():
+        time.sleep(0.001)
+
+    def slow():
+        time.sleep(0.3)
+
+    def work(i):
+        return i * 2
+
+    for i in range(20):
+        quick()
+    slow()
+    total = 0
+    for i in range({calls}):
+        total += work(i)
+    print("done", total)
+    """)
+SLOW_LINE = 7  # time.sleep(0.3)
+
+GC_JOB = textwrap.dedent("""\
+    import gc
+    gc.disable()
+    for _ in range({n}):
+        gc.collect()
+    print("done")
+    """)
+
+CTYPES_JOB = textwrap.dedent("""\
+    import ctypes
+    lib = ctypes.CDLL({lib!r})
+
+    def allocate(n):
+        ptr = ctypes.c_void_p()
+        return lib.cudaMalloc(ctypes.byref(ptr), n)
+
+    for i in range({n}):
+        allocate(1024)
+    print("done")
+    """)
+ALLOCATE_LINE = 6  # lib.cudaMalloc(...)
+
+ATTACH_JOB = textwrap.dedent("""\
+    import time
+
+    def wait_here():
+        time.sleep(60)
+
+    print("ready", flush=True)
+    wait_here()
+    """)
+
+
+class PythonLayer(EacgmTest):
+    def setUp(self):
+        require_root(self)
+        super().setUp()
+
+    def job(self, text, name="job.py"):
+        path = os.path.join(self.tmp, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def run_job(self, python, script, *flags, layers="python"):
+        s = self.record([python, script], "--layers", layers, *flags, timeout=120)
+        self.assertEqual(s.returncode, 0, s.stderr)
+        self.assertIn("done", s.stdout)
+        layer = s.summary["layers"]["python"]
+        self.assertEqual(layer["status"], "active", s.summary["layers"])
+        self.assertEqual(s.summary["events"]["dropped"], 0)
+        return s, layer
+
+    def slow_calls(self, s):
+        return [a for a in s.summary["anomalies"] if a["kind"] == "slow_call"]
+
+    def assert_timed_and_flagged(self, s, layer):
+        functions = layer["functions"]
+        slow = functions["job.py:slow"]
+        # 99 Hz wall-clock samples: within a few periods of the real 300 ms.
+        self.assertGreater(slow["total_ns"], 250e6, slow)
+        self.assertLess(slow["total_ns"], 400e6, slow)
+        self.assertEqual(slow["first_line"], 6)
+        quick = functions.get("job.py:quick", {"total_ns": 0})
+        self.assertLess(quick["total_ns"], 150e6, quick)  # 20 x 1 ms, some sleeps overshoot
+        flagged = self.slow_calls(s)
+        self.assertEqual([a["evidence"]["function"] for a in flagged], ["job.py:slow"],
+                         s.summary["anomalies"])
+        a = flagged[0]
+        self.assertEqual(a["layer"], "python")
+        self.assertEqual(a["evidence"]["line"], SLOW_LINE)
+        self.assertGreater(a["evidence"]["duration_ms"], 250)
+        self.assertLess(a["evidence"]["on_cpu_fraction"], 0.5)  # it was sleeping
+        self.assertIn("job.py:<module>", a["evidence"]["stack"][0])
+
+    def test_debian_python_counts_calls_exactly_and_flags_the_slow_function(self):
+        calls = 123
+        script = self.job(TIMED_JOB.format(calls=calls))
+        s, layer = self.run_job(DEBIAN_PYTHON, script, "--python-calls")
+        functions = layer["functions"]
+        self.assertEqual(functions["job.py:work"]["count"], calls)
+        self.assertEqual(functions["job.py:quick"]["count"], 20)
+        self.assertEqual(functions["job.py:slow"]["count"], 1)
+        self.assertEqual(layer["interpreters"][0]["version"], "3.11")
+        self.assertTrue(layer["interpreters"][0]["usdt"])
+        self.assert_timed_and_flagged(s, layer)
+        rows = s.rows("SELECT count, total_ns FROM python_functions WHERE function = ?",
+                      "job.py:work")
+        self.assertEqual(rows[0][0], calls)
+
+    def test_without_python_calls_nothing_is_counted(self):
+        script = self.job(TIMED_JOB.format(calls=10))
+        s, layer = self.run_job(DEBIAN_PYTHON, script)
+        self.assertNotIn("count", layer["functions"]["job.py:slow"])
+        self.assert_timed_and_flagged(s, layer)
+
+    def test_every_pyenv_version_is_sampled_without_usdt(self):
+        pythons = pyenv_pythons()
+        if not pythons:
+            self.skipTest("no pyenv interpreters in /root/.pyenv/versions")
+        script = self.job(TIMED_JOB.format(calls=10))
+        for minor, python in sorted(pythons.items()):
+            with self.subTest(python=python):
+                s, layer = self.run_job(python, script, "--python-calls")
+                self.assertEqual(layer["interpreters"][0]["version"], f"3.{minor}")
+                self.assertFalse(layer["interpreters"][0]["usdt"])
+                self.assertNotIn("count", layer["functions"]["job.py:slow"])
+                self.assert_timed_and_flagged(s, layer)
+
+    def test_gc_pauses_are_recorded(self):
+        # The interpreter collects on its own at start-up and exit: a run without explicit
+        # collections is the baseline, and each gc.collect() (a full, generation-2 collection;
+        # automatic ones are disabled) adds exactly one.
+        counts = []
+        for n in (0, 7):
+            s, layer = self.run_job(DEBIAN_PYTHON, self.job(GC_JOB.format(n=n), f"gc{n}.py"))
+            full = layer["gc"].get("2", {"collections": 0, "total_ns": 0})
+            rows = s.rows("SELECT count(*), min(duration_ns) FROM python_gc WHERE generation = 2")
+            self.assertEqual(rows[0][0], full["collections"])
+            counts.append(full["collections"])
+        self.assertEqual(counts[1] - counts[0], 7, counts)
+        self.assertGreater(full["total_ns"], 0)
+        self.assertGreater(rows[0][1], 0)
+
+    def test_cuda_call_is_attributed_to_the_python_line(self):
+        n = 5
+        script = self.job(CTYPES_JOB.format(lib=SIM_CUDART, n=n))
+        s, layer = self.run_job(DEBIAN_PYTHON, script, layers="cuda,python")
+        self.assertEqual(s.count("cudaMalloc"), n)
+        rows = s.rows("SELECT py_function, py_file, py_line FROM calls WHERE name = 'cudaMalloc'")
+        self.assertEqual(rows, [("job.py:allocate", script, ALLOCATE_LINE)] * n)
+        sites = [a.string_value for p in s.perfetto().packet
+                 for a in p.track_event.debug_annotations if a.name == "python"]
+        self.assertEqual(sites, [f"job.py:allocate line {ALLOCATE_LINE}"] * n)
+
+    def test_attach_samples_a_running_interpreter_and_leaves_it_running(self):
+        job = subprocess.Popen([DEBIAN_PYTHON, self.job(ATTACH_JOB)], stdout=subprocess.PIPE,
+                               text=True)
+        try:
+            self.assertEqual(job.stdout.readline().strip(), "ready")
+            out = self.out()
+            done = subprocess.run([EACGM, "attach", "-p", str(job.pid), "-d", "1", "-o", out,
+                                   "--layers", "python"], capture_output=True, text=True,
+                                  timeout=60)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            s = Session(out, done)
+            layer = s.summary["layers"]["python"]
+            self.assertEqual(layer["status"], "active", s.summary["layers"])
+            waited = layer["functions"]["job.py:wait_here"]
+            self.assertGreater(waited["total_ns"], 0.7e9, waited)
+            self.assertLess(waited["total_ns"], 1.3e9, waited)
+            self.assertEqual(waited["self_ns"], waited["total_ns"])
+            flagged = self.slow_calls(s)
+            self.assertEqual([(a["evidence"]["function"], a["evidence"]["line"]) for a in flagged],
+                             [("job.py:wait_here", 4)], s.summary["anomalies"])
+            self.assertIsNone(job.poll())  # never harmed
+        finally:
+            job.kill()
+            job.wait()
+
+    def test_a_job_without_python_leaves_the_layer_unavailable(self):
+        s = self.record(["/bin/true"], "--layers", "cuda,python")
+        self.assertEqual(s.returncode, 0, s.stderr)
+        layer = s.summary["layers"]["python"]
+        self.assertEqual(layer["status"], "unavailable")
+        self.assertIn("CPython", layer["reason"])
+
+
+if __name__ == "__main__":
+    unittest.main()
