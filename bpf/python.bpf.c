@@ -31,6 +31,7 @@ struct eacgm_py_function_key {
 
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
   __uint(max_entries, 65536);
   __type(key, struct eacgm_py_function_key);
   __type(value, __u64);
@@ -44,7 +45,7 @@ struct eacgm_py_gc_start {
 
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
-  __uint(max_entries, 16384);
+  __uint(max_entries, 4096);
   __type(key, __u32);
   __type(value, struct eacgm_py_gc_start);
 } py_gc_pending SEC(".maps");

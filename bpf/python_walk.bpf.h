@@ -33,7 +33,7 @@ struct {
  * ends, and tids are reused). */
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
-  __uint(max_entries, 65536);
+  __uint(max_entries, 8192);
   __type(key, __u32);
   __type(value, __u64);
 } py_tstates SEC(".maps");
@@ -46,12 +46,14 @@ struct {
 
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
-  __uint(max_entries, 65536);
+  __uint(max_entries, 8192);
   __type(key, __u32);
   __type(value, __u64);
 } py_tstate_misses SEC(".maps");
 
-/* Code objects already described to user space, per process. */
+/* Code objects already described to user space, per process. LRU maps are
+ * allocated whole when created (a 262,144-entry one took 0.7 s of system
+ * time at every start); one evicted is described again, which is harmless. */
 struct eacgm_py_code_key {
   __u32 tgid;
   __u32 pad;
@@ -60,7 +62,7 @@ struct eacgm_py_code_key {
 
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
-  __uint(max_entries, 262144);
+  __uint(max_entries, 16384);
   __type(key, struct eacgm_py_code_key);
   __type(value, __u8);
 } py_codes_seen SEC(".maps");
@@ -89,6 +91,27 @@ static __always_inline int eacgm_py_tstate_is(__u64 ts, const struct eacgm_py_la
   return fsbase && eacgm_py_word(ts, l->tstate_thread_id, task) == fsbase;
 }
 
+/* One step of the thread-state walk in a uprobe (the current task): run by
+ * bpf_loop, so the verifier checks one step instead of every unrolled one,
+ * which keeps the call handlers of every layer quick to load. */
+struct eacgm_py_tstate_walk {
+  const struct eacgm_py_layout* layout;
+  __u64 ts;
+  __u64 fsbase;
+  __u32 tid;
+  __u32 found;
+};
+
+static __attribute__((unused)) long eacgm_py_tstate_step(__u32 i, struct eacgm_py_tstate_walk* w) {
+  if (!w->ts) return 1;
+  if (eacgm_py_tstate_is(w->ts, w->layout, w->tid, w->fsbase, 0)) {
+    w->found = 1;
+    return 1;
+  }
+  w->ts = eacgm_py_word(w->ts, w->layout->tstate_next, 0);
+  return 0;
+}
+
 /* The thread's PyThreadState, or 0 when it has none (a thread that never
  * ran Python). */
 static __always_inline __u64 eacgm_py_thread_state(const struct eacgm_py_proc* proc,
@@ -102,12 +125,25 @@ static __always_inline __u64 eacgm_py_thread_state(const struct eacgm_py_proc* p
   __u64 interp = eacgm_py_word(proc->runtime, l->runtime_interpreters_head, task);
   __u64 ts = eacgm_py_word(interp, l->interp_threads_head, task);
   if (!ts) return 0; /* the interpreter is not initialised yet: nothing to remember */
-  for (int i = 0; i < EACGM_PY_MAX_THREADS && ts; i++) {
-    if (eacgm_py_tstate_is(ts, l, tid, fsbase, task)) {
-      bpf_map_update_elem(&py_tstates, &tid, &ts, BPF_ANY);
-      return ts;
+  int found = 0;
+  if (task) {
+    /* The sampler: bpf_loop's callback could not take the task along. */
+    for (int i = 0; i < EACGM_PY_MAX_THREADS && ts; i++) {
+      if (eacgm_py_tstate_is(ts, l, tid, fsbase, task)) {
+        found = 1;
+        break;
+      }
+      ts = eacgm_py_word(ts, l->tstate_next, task);
     }
-    ts = eacgm_py_word(ts, l->tstate_next, task);
+  } else {
+    struct eacgm_py_tstate_walk w = {.layout = l, .ts = ts, .fsbase = fsbase, .tid = tid};
+    bpf_loop(EACGM_PY_MAX_THREADS, eacgm_py_tstate_step, &w, 0);
+    found = w.found;
+    ts = w.ts;
+  }
+  if (found) {
+    bpf_map_update_elem(&py_tstates, &tid, &ts, BPF_ANY);
+    return ts;
   }
   bpf_map_update_elem(&py_tstate_misses, &tid, &now, BPF_ANY);
   return 0;
@@ -156,17 +192,59 @@ static __always_inline void eacgm_py_str(char* dst, __u32 cap, __u64 obj,
   dst[len] = 0;
 }
 
+/* What py_codes_seen says of a code object. */
+#define EACGM_PY_CODE_USER 1
+#define EACGM_PY_CODE_LIBRARY 2 /* the standard library's or an installed package's */
+
+/* Is the file (a NUL-terminated co_filename) the standard library's or an
+ * installed package's? The same rule as is_library_file() in
+ * src/python/python_profile.cpp: "<frozen ...>", ".../lib/python3...",
+ * "...-packages/...". "<string>" and "<stdin>" are the user's. The scan runs
+ * under bpf_loop: unrolled, its 240 steps cost every layer's call handler
+ * 0.4 s of verification at load. */
+struct eacgm_py_file_scan {
+  const char* file;
+  int library;
+};
+
+static __attribute__((unused)) long eacgm_py_file_scan_step(__u32 i, struct eacgm_py_file_scan* s) {
+  if (i >= EACGM_PY_FILE_LEN - 16) return 1;
+  const char* f = s->file + i;
+  if (f[0] == 0) return 1;
+  if (f[0] == '-' && f[1] == 'p' && f[2] == 'a' && f[3] == 'c' && f[4] == 'k' && f[5] == 'a' &&
+      f[6] == 'g' && f[7] == 'e' && f[8] == 's' && f[9] == '/') {
+    s->library = 1;
+    return 1;
+  }
+  if (f[0] == '/' && f[1] == 'l' && f[2] == 'i' && f[3] == 'b' && f[4] == '/' && f[5] == 'p' &&
+      f[6] == 'y' && f[7] == 't' && f[8] == 'h' && f[9] == 'o' && f[10] == 'n' && f[11] == '3') {
+    s->library = 1;
+    return 1;
+  }
+  return 0;
+}
+
+static __always_inline int eacgm_py_is_library_file(const char* f) {
+  if (f[0] == '<') return f[1] == 'f' && f[2] == 'r' && f[3] == 'o' && f[4] == 'z';
+  struct eacgm_py_file_scan s = {.file = f, .library = 0};
+  bpf_loop(EACGM_PY_FILE_LEN - 16, eacgm_py_file_scan_step, &s, 0);
+  return s.library;
+}
+
 /* Sends user space a code object's names and line table the first time this
- * process shows it. A full ring buffer only delays that to the next sight. */
-static __always_inline void eacgm_py_describe(__u32 tgid, __u64 code,
+ * process shows it, and says whether it is library code (EACGM_PY_CODE_*;
+ * 0 when unknown: a full ring buffer only delays the description to the next
+ * sight). */
+static __always_inline __u8 eacgm_py_describe(__u32 tgid, __u64 code,
                                               const struct eacgm_py_layout* l,
                                               struct task_struct* task) {
   struct eacgm_py_code_key key = {.tgid = tgid, .code = code};
-  if (bpf_map_lookup_elem(&py_codes_seen, &key)) return;
+  __u8* known = bpf_map_lookup_elem(&py_codes_seen, &key);
+  if (known) return *known;
   struct eacgm_py_code* e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
   if (!e) {
     eacgm_count_drop();
-    return;
+    return 0;
   }
   e->hdr.kind = EACGM_EV_PY_CODE;
   e->hdr.tgid = tgid;
@@ -186,16 +264,54 @@ static __always_inline void eacgm_py_describe(__u32 tgid, __u64 code,
   if (size > EACGM_PY_LINETABLE_LEN) size = EACGM_PY_LINETABLE_LEN;
   if (size == 0 || eacgm_py_read(e->linetable, size, table + l->bytes_data, task) != 0)
     e->linetable_len = 0;
-  __u8 one = 1;
-  bpf_map_update_elem(&py_codes_seen, &key, &one, BPF_ANY);
+  __u8 kind = eacgm_py_is_library_file(e->file) ? EACGM_PY_CODE_LIBRARY : EACGM_PY_CODE_USER;
+  bpf_map_update_elem(&py_codes_seen, &key, &kind, BPF_ANY);
   bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+  return kind;
 }
 
 /* Rodata of every layer object: tag calls with the caller's Python frame. */
 const volatile __u8 py_attribution = 0;
 
-/* The calling thread's innermost Python frame (uprobe context), for a call
- * event: code object and instruction word, both 0 when there is none. */
+/* Frames looked at for the caller's own code, innermost first. */
+#define EACGM_PY_CALLER_FRAMES 8
+
+struct eacgm_py_caller_walk {
+  const struct eacgm_py_layout* layout;
+  __u64 frame;
+  __u64 code; /* the frame chosen so far */
+  __u64 instr;
+  __u32 tgid;
+  __u32 pad;
+};
+
+/* One frame of eacgm_py_caller's walk, under bpf_loop (see eacgm_py_tstate_step). */
+static __attribute__((unused)) long eacgm_py_caller_step(__u32 i, struct eacgm_py_caller_walk* w) {
+  const struct eacgm_py_layout* l = w->layout;
+  if (!w->frame) return 1;
+  if (eacgm_py_is_code_frame(w->frame, l, 0)) {
+    __u64 c = eacgm_py_word(w->frame, l->frame_code, 0);
+    if (!c) return 1;
+    __u64 at = eacgm_py_word(w->frame, l->frame_instr, 0);
+    if (!w->code) { /* the innermost: the answer if all are library code */
+      w->code = c;
+      w->instr = at;
+    }
+    if (eacgm_py_describe(w->tgid, c, l, 0) != EACGM_PY_CODE_LIBRARY) {
+      w->code = c;
+      w->instr = at;
+      return 1;
+    }
+  }
+  w->frame = eacgm_py_word(w->frame, l->frame_back, 0);
+  return 0;
+}
+
+/* The Python frame behind a call (uprobe context): the innermost frame of the
+ * calling thread that is not library code (a torch operator is attributed to
+ * the training script's line, not to torch/nn/functional.py), or the
+ * innermost frame when all of the first few are. Code object and
+ * instruction word, both 0 when the thread runs no Python. */
 static __always_inline void eacgm_py_caller(__u64 id, __u64* code, __u64* instr) {
   *code = 0;
   *instr = 0;
@@ -208,18 +324,12 @@ static __always_inline void eacgm_py_caller(__u64 id, __u64* code, __u64* instr)
   if (!l || !l->version) return;
   struct task_struct* cur = bpf_get_current_task_btf();
   __u64 ts = eacgm_py_thread_state(proc, l, (__u32)id, cur->thread.fsbase, 0);
-  __u64 frame = eacgm_py_top_frame(ts, l, 0);
-  for (int i = 0; i < 4 && frame; i++) {
-    if (eacgm_py_is_code_frame(frame, l, 0)) {
-      __u64 c = eacgm_py_word(frame, l->frame_code, 0);
-      if (!c) return;
-      *code = c;
-      *instr = eacgm_py_word(frame, l->frame_instr, 0);
-      eacgm_py_describe(tgid, c, l, 0);
-      return;
-    }
-    frame = eacgm_py_word(frame, l->frame_back, 0);
-  }
+  struct eacgm_py_caller_walk w = {
+      .layout = l, .frame = eacgm_py_top_frame(ts, l, 0), .tgid = tgid};
+  if (!w.frame) return;
+  bpf_loop(EACGM_PY_CALLER_FRAMES, eacgm_py_caller_step, &w, 0);
+  *code = w.code;
+  *instr = w.instr;
 }
 
 #endif /* EACGM_PYTHON_WALK_BPF_H */

@@ -29,13 +29,12 @@ uint64_t stack_hash(const std::vector<PyFrameRef>& frames) {
   return h ^ frames.size();
 }
 
-// Frames of the interpreter's own machinery and the standard library say
-// little about where the job's time goes; the first frame outside them is the
-// one a person edits.
+// Frames of the interpreter's own machinery, the standard library and installed packages say
+// little about where the job's time goes; the first frame outside them is the one a person edits.
+// The BPF side applies the same rule when it picks the frame behind a call (python_walk.bpf.h).
 bool is_library_file(std::string_view file) {
-  return file.starts_with('<') || file.find("/lib/python3") != std::string_view::npos ||
-         file.find("site-packages/") != std::string_view::npos ||
-         file.find("dist-packages/") != std::string_view::npos;
+  return file.starts_with("<froz") || file.find("/lib/python3") != std::string_view::npos ||
+         file.find("-packages/") != std::string_view::npos;
 }
 
 }  // namespace

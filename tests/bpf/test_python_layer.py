@@ -74,6 +74,24 @@ CTYPES_JOB = textwrap.dedent("""\
     """)
 ALLOCATE_LINE = 6  # lib.cudaMalloc(...)
 
+# The same call made through a helper of an installed package: attributed to the caller's line.
+LIBRARY_HELPER = "def call(fn, *args):\n    return fn(*args)\n"
+CTYPES_VIA_LIBRARY_JOB = textwrap.dedent("""\
+    import ctypes, sys
+    sys.path.insert(0, {site!r})
+    import fakepkg
+    lib = ctypes.CDLL({lib!r})
+
+    def allocate(n):
+        ptr = ctypes.c_void_p()
+        return fakepkg.call(lib.cudaMalloc, ctypes.byref(ptr), n)
+
+    for i in range({n}):
+        allocate(1024)
+    print("done")
+    """)
+VIA_LIBRARY_LINE = 8
+
 ATTACH_JOB = textwrap.dedent("""\
     import time
 
@@ -186,6 +204,17 @@ class PythonLayer(EacgmTest):
         sites = [a.string_value for p in s.perfetto().packet
                  for a in p.track_event.debug_annotations if a.name == "python"]
         self.assertEqual(sites, [f"job.py:allocate line {ALLOCATE_LINE}"] * n)
+
+    def test_a_call_made_inside_a_package_is_attributed_to_the_callers_line(self):
+        n = 4
+        site = os.path.join(self.tmp, "venv", "lib", "python3.11", "site-packages")
+        os.makedirs(os.path.join(site, "fakepkg"))
+        with open(os.path.join(site, "fakepkg", "__init__.py"), "w") as f:
+            f.write(LIBRARY_HELPER)
+        script = self.job(CTYPES_VIA_LIBRARY_JOB.format(site=site, lib=SIM_CUDART, n=n))
+        s, layer = self.run_job(DEBIAN_PYTHON, script, layers="cuda,python")
+        rows = s.rows("SELECT py_function, py_line FROM calls WHERE name = 'cudaMalloc'")
+        self.assertEqual(rows, [("job.py:allocate", VIA_LIBRARY_LINE)] * n)
 
     def test_attach_samples_a_running_interpreter_and_leaves_it_running(self):
         job = subprocess.Popen([DEBIAN_PYTHON, self.job(ATTACH_JOB)], stdout=subprocess.PIPE,
