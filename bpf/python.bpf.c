@@ -26,9 +26,6 @@ struct eacgm_py_function_key {
   __u64 name;
 };
 
-/* Code objects described per sample at most (see py_sample). */
-#define EACGM_PY_DESCRIBE_PER_SAMPLE 2
-
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
   __uint(map_flags, BPF_F_NO_PREALLOC);
@@ -66,7 +63,7 @@ struct py_walk {
   struct eacgm_py_layout* layout;
   __u64 frame;
   __u32 tgid;
-  __u32 described;
+  __u32 pad;
 };
 
 static long py_walk_step(__u32 i, struct py_walk* w) {
@@ -90,17 +87,18 @@ static long py_walk_step(__u32 i, struct py_walk* w) {
   return 0;
 }
 
-/* Names for code objects this process has not shown before: a few per
- * sample; a stack that stays gets the rest described by the next samples. */
+/* Names for code objects this process has not shown before, all of them, so
+ * that every frame of the sample can be named (the timeline names a frame when
+ * it enters the stack). After the first seconds almost every code object has
+ * been described and this is one map lookup per frame. */
 static long py_describe_step(__u32 i, struct py_walk* w) {
   __u32 zero = 0;
   struct eacgm_py_sample* e = bpf_map_lookup_elem(&py_scratch, &zero);
-  if (!e || i >= e->nframes || w->described >= EACGM_PY_DESCRIBE_PER_SAMPLE) return 1;
+  if (!e || i >= e->nframes) return 1;
   struct eacgm_py_code_key key = {.tgid = w->tgid,
                                   .code = e->frames[i & (EACGM_PY_MAX_FRAMES - 1)].code};
   if (bpf_map_lookup_elem(&py_codes_seen, &key)) return 0;
   eacgm_py_describe(w->tgid, key.code, w->layout, w->task);
-  w->described++;
   return 0;
 }
 
@@ -130,7 +128,7 @@ int py_sample(struct bpf_iter__task* ctx) {
   e->pad = 0;
   e->truncated = 0;
   e->nframes = 0;
-  struct py_walk w = {.task = task, .layout = l, .frame = frame, .tgid = tgid, .described = 0};
+  struct py_walk w = {.task = task, .layout = l, .frame = frame, .tgid = tgid, .pad = 0};
   /* Shim frames (3.12+) take a step but no slot: twice the slots in steps. */
   bpf_loop(2 * EACGM_PY_MAX_FRAMES, py_walk_step, &w, 0);
   bpf_loop(EACGM_PY_MAX_FRAMES, py_describe_step, &w, 0);

@@ -166,7 +166,9 @@ void Recorder::on_os_event(const Event& event) {
 
 void Recorder::on_python_event(const Event& event) {
   if (const auto* sample = std::get_if<PySampleEvent>(&event)) {
-    python_.on_sample(*sample);
+    for (const PythonStackChange& change : python_.on_sample(*sample)) {
+      for (auto& sink : sinks_) sink->on_python_stack(change);
+    }
   } else if (const auto* code = std::get_if<PyCodeEvent>(&event)) {
     python_.on_code(*code);
   } else if (const auto* function = std::get_if<PyFunctionEvent>(&event)) {
@@ -496,6 +498,9 @@ std::vector<std::string> Recorder::finish_sinks() {
       for (const Tracer::PythonCallCount& c : tracer_->python_call_counts()) {
         python_.add_call_count(c.pid, c.file_ptr, c.name_ptr, c.count);
       }
+    }
+    for (const PythonStackChange& change : python_.close_stacks()) {
+      for (auto& sink : sinks_) sink->on_python_stack(change);
     }
     const nlohmann::json figures = python_.figures();
     LayerState& state = session_.layers[Layer::kPython];

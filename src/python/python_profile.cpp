@@ -114,8 +114,9 @@ const PythonSite* PythonProfile::site(uint32_t pid, uint64_t code_addr, uint64_t
   return &it->second;
 }
 
-void PythonProfile::on_sample(const PySampleEvent& event) {
-  if (event.frames.empty()) return;
+std::vector<PythonStackChange> PythonProfile::on_sample(const PySampleEvent& event) {
+  std::vector<PythonStackChange> changes;
+  if (event.frames.empty()) return changes;
   ++samples_;
   Thread& t = threads_[{event.pid, event.tid}];
   const uint64_t period = period_ns();
@@ -125,6 +126,27 @@ void PythonProfile::on_sample(const PySampleEvent& event) {
   if (t.last_ns != 0 && event.ts_ns > t.last_ns)
     weight = std::min(event.ts_ns - t.last_ns, 2 * period);
   const bool gap = t.last_ns != 0 && event.ts_ns > t.last_ns + 2 * period;
+  // The timeline: a thread not sampled for a while left Python in between.
+  if (gap && !t.stack.empty()) {
+    changes.push_back({event.pid, event.tid, t.last_ns + period, t.stack.size(), {}});
+    t.stack.clear();
+  }
+  size_t common = 0;
+  const size_t depth = event.frames.size();
+  while (common < t.stack.size() && common < depth &&
+         t.stack[common] == event.frames[depth - 1 - common].code) {
+    ++common;
+  }
+  if (common < t.stack.size() || common < depth) {
+    PythonStackChange change{event.pid, event.tid, event.ts_ns, t.stack.size() - common, {}};
+    t.stack.resize(common);
+    for (size_t i = common; i < depth; ++i) {
+      const PyFrameRef& f = event.frames[depth - 1 - i];
+      t.stack.push_back(f.code);
+      change.begun.push_back(site(event.pid, f.code, f.instr));
+    }
+    changes.push_back(std::move(change));
+  }
   t.last_ns = event.ts_ns;
 
   std::set<std::string_view> seen;  // recursion counts a function once per sample
@@ -163,6 +185,17 @@ void PythonProfile::on_sample(const PySampleEvent& event) {
   t.call->instr = top.instr;
   ++t.call->samples;
   if (event.on_cpu) ++t.call->on_cpu;
+  return changes;
+}
+
+std::vector<PythonStackChange> PythonProfile::close_stacks() {
+  std::vector<PythonStackChange> changes;
+  for (auto& [key, t] : threads_) {
+    if (t.stack.empty()) continue;
+    changes.push_back({key.first, key.second, t.last_ns + period_ns(), t.stack.size(), {}});
+    t.stack.clear();
+  }
+  return changes;
 }
 
 void PythonProfile::close_call(uint32_t pid, uint32_t tid, const OpenCall& call) {

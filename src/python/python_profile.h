@@ -32,6 +32,17 @@ struct PythonSite {
   int line = 0;          // 0 when the line table says nothing
 };
 
+// How one thread's sampled Python stack changed: `ended` innermost frames left the stack, then
+// `begun` frames (outermost first) entered it, all at `ts_ns`. Sinks turn these into nested
+// slices (Perfetto: a "Python" track under the thread).
+struct PythonStackChange {
+  uint32_t pid = 0;
+  uint32_t tid = 0;
+  uint64_t ts_ns = 0;
+  size_t ended = 0;
+  std::vector<const PythonSite*> begun;
+};
+
 struct PythonFunctionStats {
   std::string file;
   int first_line = 0;
@@ -73,8 +84,11 @@ class PythonProfile {
   void on_function(const PyFunctionEvent& event);
   void on_gc(const PyGcEvent& event);
   // Folds a sample into the per-function time; a call that stayed innermost past the
-  // threshold on a thread that does the job's work ends up in take_anomalies().
-  void on_sample(const PySampleEvent& event);
+  // threshold on a thread that does the job's work ends up in take_anomalies(). Returns how the
+  // thread's stack changed since its previous sample.
+  std::vector<PythonStackChange> on_sample(const PySampleEvent& event);
+  // Ends every thread's stack (at its last sample plus a period): the session is over.
+  std::vector<PythonStackChange> close_stacks();
   // Threads that made traced calls of another layer do the job's work (with main threads).
   void note_working_thread(uint32_t pid, uint32_t tid) { working_threads_.insert({pid, tid}); }
 
@@ -116,6 +130,7 @@ class PythonProfile {
   struct Thread {
     uint64_t last_ns = 0;
     std::optional<OpenCall> call;
+    std::vector<uint64_t> stack;  // code objects as last sampled, outermost first
   };
 
   const Code* code(uint32_t pid, uint64_t code) const;

@@ -117,6 +117,10 @@ uint64_t PerfettoWriter::thread_track_uuid(uint32_t pid, uint32_t tid) {
   return (static_cast<uint64_t>(pid) << 32) | tid;
 }
 
+uint64_t PerfettoWriter::python_track_uuid(uint32_t pid, uint32_t tid) {
+  return (1ull << 61) | thread_track_uuid(pid, tid);
+}
+
 Result<std::unique_ptr<PerfettoWriter>> PerfettoWriter::open(const std::string& path) {
   std::FILE* out = std::fopen(path.c_str(), "wb");
   if (out == nullptr) {
@@ -295,6 +299,43 @@ void PerfettoWriter::on_gpu_event(const GpuEvent& event) {
   write_events(gpu_->event_packets(event));
 }
 
+void PerfettoWriter::on_python_stack(const PythonStackChange& change) {
+  if (finished_ || !error_.empty()) return;
+  python_threads_.insert({change.pid, change.tid});
+  const uint64_t track = python_track_uuid(change.pid, change.tid);
+  pb::TracePacket& packet = *scratch_;
+  std::string bytes;
+  auto start_packet = [&packet]() -> pb::TrackEvent* {
+    packet.Clear();
+    packet.set_timestamp_clock_id(pb::BUILTIN_CLOCK_MONOTONIC);
+    packet.set_trusted_packet_sequence_id(kSequenceId);
+    return packet.mutable_track_event();
+  };
+  // Ends first: at one timestamp trace_processor keeps file order, so a frame that left and
+  // one that entered at the same sample do not nest.
+  for (size_t i = 0; i < change.ended; ++i) {
+    pb::TrackEvent* event = start_packet();
+    packet.set_timestamp(change.ts_ns);
+    event->set_type(pb::TrackEvent::TYPE_SLICE_END);
+    event->set_track_uuid(track);
+    append_framed(packet, &bytes);
+  }
+  for (const PythonSite* site : change.begun) {
+    pb::TrackEvent* event = start_packet();
+    packet.set_timestamp(change.ts_ns);
+    event->set_type(pb::TrackEvent::TYPE_SLICE_BEGIN);
+    event->set_track_uuid(track);
+    event->set_name(site ? site->function : "(Python code not yet described)");
+    event->add_categories("python");
+    if (site) {
+      add_annotation(event, "file", site->file);
+      if (site->line > 0) add_annotation(event, "line", static_cast<int64_t>(site->line));
+    }
+    append_framed(packet, &bytes);
+  }
+  write_events(bytes);
+}
+
 void PerfettoWriter::flush_pending(ThreadState* thread) {
   for (const Subtree& tree : thread->pending) write_events(tree.packets);
   thread->pending.clear();
@@ -351,6 +392,7 @@ std::string PerfettoWriter::descriptor_packets(const Session& session) {
     for (const auto& [tid, name] : info.threads) tids.insert(tid);
   }
   for (const auto& [key, state] : threads_) tids_by_pid[key.first].insert(key.second);
+  for (const auto& [pid, tid] : python_threads_) tids_by_pid[pid].insert(tid);
 
   for (const auto& [pid, tids] : tids_by_pid) {
     const ProcessInfo* info = session.find_process(pid);
@@ -387,6 +429,15 @@ std::string PerfettoWriter::descriptor_packets(const Session& session) {
       thread->set_tid(static_cast<int32_t>(tid));
       if (!thread_name.empty()) thread->set_thread_name(thread_name);
       append_framed(packet, &bytes);
+      if (python_threads_.contains({pid, tid})) {
+        packet.Clear();
+        packet.set_trusted_packet_sequence_id(kSequenceId);
+        track = packet.mutable_track_descriptor();
+        track->set_uuid(python_track_uuid(pid, tid));
+        track->set_parent_uuid(thread_track_uuid(pid, tid));
+        track->set_name("Python (sampled)");
+        append_framed(packet, &bytes);
+      }
     }
   }
   return bytes;

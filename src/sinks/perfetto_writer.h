@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,12 +52,17 @@ class PerfettoWriter : public Sink {
   // (sinks/perfetto_gpu.h).
   void on_gpu_sample(const GpuSample& sample) override;
   void on_gpu_event(const GpuEvent& event) override;
+  // The python layer's sampled stacks: nested slices on a "Python (sampled)" track under the
+  // thread's track.
+  void on_python_stack(const PythonStackChange& change) override;
   Result<void> finish(const Session& session) override;
 
   // Track uuids are a pure function of pid and tid, so events can name their
   // track before the descriptors are written.
   static uint64_t process_track_uuid(uint32_t pid);
   static uint64_t thread_track_uuid(uint32_t pid, uint32_t tid);
+  // Bit 61 (the gpu tracks use 63 and 62): a thread's sampled Python stack.
+  static uint64_t python_track_uuid(uint32_t pid, uint32_t tid);
 
   // Every packet is on this one trusted_packet_sequence_id.
   static constexpr uint32_t kSequenceId = 1;
@@ -98,6 +104,7 @@ class PerfettoWriter : public Sink {
   uint64_t monotonic_at_open_ns_ = 0;
   uint64_t boottime_at_open_ns_ = 0;
   std::map<std::pair<uint32_t, uint32_t>, ThreadState> threads_;  // (pid, tid) seen in calls
+  std::set<std::pair<uint32_t, uint32_t>> python_threads_;        // (pid, tid) with Python slices
   std::unique_ptr<perfetto::TracePacket> scratch_;                // reused for every packet
   std::unique_ptr<PerfettoGpuTracks> gpu_;                        // created by the first GPU data
 };

@@ -4,6 +4,7 @@
 
 #include "common/result.h"
 #include "gpu/gpu_sample.h"
+#include "python/python_profile.h"
 #include "session/session.h"
 
 namespace eacgm {
@@ -16,6 +17,8 @@ class Sink {
   // order the main loop drains them. Sinks that keep no GPU data ignore them.
   virtual void on_gpu_sample(const GpuSample& /*sample*/) {}
   virtual void on_gpu_event(const GpuEvent& /*event*/) {}
+  // The python layer: how a thread's sampled stack changed, in time order per thread.
+  virtual void on_python_stack(const PythonStackChange& /*change*/) {}
   // Called once, after the last call; the session holds processes, threads,
   // exits and statistics. Must leave a complete, valid file behind.
   virtual Result<void> finish(const Session& session) = 0;

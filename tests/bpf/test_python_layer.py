@@ -160,6 +160,37 @@ class PythonLayer(EacgmTest):
                       "job.py:work")
         self.assertEqual(rows[0][0], calls)
 
+    def test_the_timeline_has_the_sampled_stack_under_the_thread(self):
+        s, layer = self.run_job(DEBIAN_PYTHON, self.job(TIMED_JOB.format(calls=10)))
+        t = s.perfetto()
+        tracks = {p.track_descriptor.uuid: p.track_descriptor for p in t.packet
+                  if p.HasField("track_descriptor")}
+        python_tracks = [u for u, d in tracks.items() if d.name == "Python (sampled)"]
+        self.assertEqual(len(python_tracks), 1, tracks)
+        # Under the main thread's track.
+        parent = tracks[tracks[python_tracks[0]].parent_uuid]
+        self.assertEqual(parent.thread.tid, parent.thread.pid)
+        # Rebuild the slices: BEGIN/END nest per track, in timestamp order.
+        events = sorted(((p.timestamp, i, p.track_event) for i, p in enumerate(t.packet)
+                         if p.HasField("track_event")
+                         and p.track_event.track_uuid == python_tracks[0]),
+                        key=lambda e: (e[0], e[1]))
+        open_slices, slices = [], []
+        for ts, _, ev in events:
+            if ev.type == ev.TYPE_SLICE_BEGIN:
+                open_slices.append((ev.name, ts, len(open_slices)))
+            else:
+                name, start, depth = open_slices.pop()
+                slices.append((name, start, ts, depth))
+        self.assertEqual(open_slices, [])
+        slow = [x for x in slices if x[0] == "job.py:slow"]
+        self.assertEqual(len(slow), 1, slices)
+        name, start, end, depth = slow[0]
+        self.assertGreater(end - start, 250e6)
+        self.assertLess(end - start, 400e6)
+        module = [x for x in slices if x[0] == "job.py:<module>" and x[3] == depth - 1]
+        self.assertTrue(any(m[1] <= start and end <= m[2] for m in module), slices)
+
     def test_without_python_calls_nothing_is_counted(self):
         script = self.job(TIMED_JOB.format(calls=10))
         s, layer = self.run_job(DEBIAN_PYTHON, script)
