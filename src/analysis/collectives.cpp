@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace eacgm {
 namespace {
@@ -24,7 +25,12 @@ double log10_binomial_tail(uint64_t n, uint64_t k, double p) {
   for (uint64_t i = k; i <= n; ++i) {
     const double log_term = std::lgamma(n + 1.0) - std::lgamma(i + 1.0) - std::lgamma(n - i + 1.0) +
                             i * std::log(p) + (n - i) * std::log1p(-p);
-    total += std::exp(log_term);
+    const double term = std::exp(log_term);
+    total += term;
+    // Past the mode the terms only shrink; once one is below half an ulp of
+    // the total, it and every later one round away: the sum is final. This
+    // runs on every check, and n can be tens of thousands.
+    if (static_cast<double>(i) >= (n + 1.0) * p && term < total * 0x1p-54) break;
   }
   return total > 0 ? std::log10(total) : -300.0;
 }
@@ -51,6 +57,24 @@ constexpr size_t kAlignWindow = 16;
 constexpr size_t kAlignSlack = 2;
 
 }  // namespace
+
+void CollectiveTracker::Recent::add(int64_t lateness, bool last_in, size_t capacity) {
+  capacity = std::max<size_t>(capacity, 1);
+  if (lateness_ns.size() < capacity) {
+    lateness_ns.push_back(lateness);
+    was_last.push_back(last_in);
+    if (lateness_ns.size() == capacity) {  // full: no room to spare from the vectors' doubling
+      lateness_ns.shrink_to_fit();
+      was_last.shrink_to_fit();
+    }
+  } else {
+    if (was_last[next]) --last;
+    lateness_ns[next] = lateness;
+    was_last[next] = last_in;
+    next = (next + 1) % lateness_ns.size();
+  }
+  if (last_in) ++last;
+}
 
 CollectiveTracker::Comm* CollectiveTracker::comm_of(const CallRecord& call,
                                                     const ProcessInfo* process) {
@@ -96,7 +120,23 @@ std::optional<CollectiveRef> CollectiveTracker::on_begin(const CallRecord& call,
 
 void CollectiveTracker::arrive(const std::string& comm_id, int rank, int nranks, uint64_t seq,
                                uint64_t ts_ns, uint32_t pid, std::string_view name) {
-  Pending& pending = pending_[{comm_id, seq}];
+  RankStats& stats = ranks_[{comm_id, rank}];
+  stats.pid = pid;
+  stats.comm_id = comm_id;
+  auto it = pending_.find({comm_id, seq});
+  if (it == pending_.end()) {
+    size_t& waiting = pending_per_comm_[comm_id];
+    if (waiting >= std::max<size_t>(options_.max_pending_per_comm, 1)) {
+      // Some rank is missing from every one of them (untraced, or gone):
+      // the oldest has been reported as a hang by now; give up on it.
+      auto oldest = pending_.lower_bound({comm_id, 0});
+      if (seq < oldest->first.second) return;  // older still: given up on already
+      erase_pending(oldest);
+    }
+    it = pending_.try_emplace({comm_id, seq}).first;
+    ++pending_per_comm_[comm_id];
+  }
+  Pending& pending = it->second;
   if (pending.arrivals.empty()) {
     pending.name = std::string(name);
     pending.nranks = nranks;
@@ -104,13 +144,16 @@ void CollectiveTracker::arrive(const std::string& comm_id, int rank, int nranks,
   }
   pending.first_ns = std::min(pending.first_ns, ts_ns);
   pending.arrivals[rank] = Arrival{ts_ns, pid};
-  RankStats& stats = ranks_[{comm_id, rank}];
-  stats.pid = pid;
-  stats.comm_id = comm_id;
   if (static_cast<int>(pending.arrivals.size()) == pending.nranks) {
     settle(comm_id, seq, pending);
-    pending_.erase({comm_id, seq});
+    erase_pending(it);
   }
+}
+
+CollectiveTracker::PendingMap::iterator CollectiveTracker::erase_pending(PendingMap::iterator it) {
+  auto count = pending_per_comm_.find(it->first.first);
+  if (count != pending_per_comm_.end() && --count->second == 0) pending_per_comm_.erase(count);
+  return pending_.erase(it);
 }
 
 void CollectiveTracker::align_world() {
@@ -203,13 +246,18 @@ void CollectiveTracker::settle(const std::string& comm_id, uint64_t seq, Pending
   for (const auto& [rank, a] : pending.arrivals) {
     RankStats& stats = ranks_[{comm_id, rank}];
     ++stats.collectives;
-    stats.lateness_ns.push_back(static_cast<int64_t>(a.ts_ns) - median);
+    const int64_t lateness = static_cast<int64_t>(a.ts_ns) - median;
+    stats.recent.add(lateness, rank == last_rank, options_.straggler_window);
+    stats.lateness_sum_ns += static_cast<double>(lateness);
     if (rank == last_rank) {
       ++stats.last;
-      if (stats.first_last_ns == 0 &&
-          static_cast<int64_t>(a.ts_ns) - median >=
-              static_cast<int64_t>(options_.straggler_min_lateness_ns)) {
+      // One that fell out of the window says nothing of when the rank became
+      // what the window shows: the next one takes its place.
+      const bool stale = stats.collectives - stats.first_last_at > options_.straggler_window;
+      if ((stats.first_last_ns == 0 || stale) &&
+          lateness >= static_cast<int64_t>(options_.straggler_min_lateness_ns)) {
         stats.first_last_ns = a.ts_ns;
+        stats.first_last_at = stats.collectives;
       }
     }
   }
@@ -285,16 +333,20 @@ std::optional<Anomaly> CollectiveTracker::straggler_in(const std::string& comm_i
   }
   if (nranks < 2) return std::nullopt;
   for (const auto& [key, stats] : ranks_) {
-    if (key.first != comm_id || stats.collectives < options_.straggler_min_collectives) continue;
-    const double share = static_cast<double>(stats.last) / static_cast<double>(stats.collectives);
+    // Judged on the rank's recent collectives (all of them, in a session
+    // shorter than the window).
+    const Recent& recent = stats.recent;
+    const uint64_t collectives = recent.size();
+    if (key.first != comm_id || collectives < options_.straggler_min_collectives) continue;
+    const double share = static_cast<double>(recent.last) / static_cast<double>(collectives);
     if (share < options_.straggler_min_share) continue;
-    const double log10_p = log10_binomial_tail(stats.collectives, stats.last, 1.0 / nranks);
+    const double log10_p = log10_binomial_tail(collectives, recent.last, 1.0 / nranks);
     if (log10_p > std::log10(options_.straggler_max_p)) continue;
-    const int64_t lateness = median_of(stats.lateness_ns);
+    const int64_t lateness = median_of(recent.lateness_ns);
     std::vector<int64_t> others;
     for (const auto& [k2, s2] : ranks_) {
       if (k2.first != comm_id || k2.second == key.second) continue;
-      for (int64_t l : s2.lateness_ns) others.push_back(std::abs(l));
+      for (int64_t l : s2.recent.lateness_ns) others.push_back(std::abs(l));
     }
     const int64_t typical = median_of(others);
     if (lateness < static_cast<int64_t>(options_.straggler_min_lateness_ns) ||
@@ -311,14 +363,14 @@ std::optional<Anomaly> CollectiveTracker::straggler_in(const std::string& comm_i
     a.t_s = started > session_start_ns_ ? (started - session_start_ns_) / 1e9 : 0.0;
     a.score = log10_p;
     a.evidence = {{"communicator", comm_id},
-                  {"collectives", stats.collectives},
-                  {"arrived_last", stats.last},
+                  {"collectives", collectives},
+                  {"arrived_last", recent.last},
                   {"median_lateness_ns", lateness},
                   {"other_ranks_median_lateness_ns", typical},
                   {"log10_p_random_order", log10_p}};
     a.message = fmt::format(
         "rank {} (pid {}) arrives last at {} of {} collectives, {:.1f} ms after the median rank",
-        key.second, stats.pid, stats.last, stats.collectives, lateness / 1e6);
+        key.second, stats.pid, recent.last, collectives, lateness / 1e6);
     a.suggestion =
         "the other ranks wait for this one: look at what it does between collectives (data "
         "loading, a slower GPU or host, CPU contention), or at its link if its collectives are "
@@ -387,22 +439,57 @@ std::vector<Anomaly> CollectiveTracker::check(uint64_t now_ns) {
 nlohmann::json CollectiveTracker::rank_figures() const {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& [key, stats] : ranks_) {
-    double mean = 0;
-    for (int64_t l : stats.lateness_ns) mean += static_cast<double>(l);
-    if (!stats.lateness_ns.empty()) mean /= static_cast<double>(stats.lateness_ns.size());
+    // The mean is over every collective; the median over the recent ones
+    // (every one, in a session shorter than the window).
+    double mean = stats.lateness_sum_ns;
+    if (stats.collectives) mean /= static_cast<double>(stats.collectives);
     nlohmann::json r = {{"communicator", key.first},
                         {"rank", key.second},
                         {"pid", stats.pid},
                         {"collectives", stats.collectives},
                         {"arrived_last", stats.last},
                         {"mean_lateness_ns", static_cast<int64_t>(mean)},
-                        {"median_lateness_ns", median_of(stats.lateness_ns)}};
+                        {"median_lateness_ns", median_of(stats.recent.lateness_ns)}};
     r["bus_bandwidth_gbps"] =
         stats.busy_ns ? nlohmann::json(static_cast<double>(stats.bus_bytes) / stats.busy_ns)
                       : nlohmann::json(nullptr);
     out.push_back(std::move(r));
   }
   return out;
+}
+
+void CollectiveTracker::forget_process(uint32_t pid) {
+  std::erase_if(comms_, [pid](const auto& entry) { return entry.first.first == pid; });
+  std::erase_if(ranks_, [pid](const auto& entry) { return entry.second.pid == pid; });
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    std::erase_if(it->second.arrivals,
+                  [pid](const auto& entry) { return entry.second.pid == pid; });
+    it = it->second.arrivals.empty() ? erase_pending(it) : std::next(it);
+  }
+  // The assumed world is one per tracker: once none of its ranks is left,
+  // a later job's ranks must be aligned among themselves, not on the old ones.
+  if (std::ranges::none_of(comms_, [](const auto& entry) { return entry.second.assumed; })) {
+    world_.clear();
+    world_aligned_ = false;
+  }
+  // A communicator no rank and no waiting collective refers to is over.
+  const auto over = [this](const std::string& id) {
+    const auto rank = ranks_.lower_bound({id, std::numeric_limits<int>::min()});
+    const bool ranks_left = rank != ranks_.end() && rank->first.first == id;
+    return !ranks_left && !pending_per_comm_.contains(id);
+  };
+  std::erase_if(hang_reported_, over);
+  std::erase_if(straggler_reported_, over);
+}
+
+CollectiveTracker::Footprint CollectiveTracker::footprint() const {
+  Footprint f;
+  f.communicators = comms_.size();
+  f.ranks = ranks_.size();
+  for (const auto& [key, stats] : ranks_) f.lateness_samples += stats.recent.size();
+  f.pending = pending_.size();
+  f.world_ranks = world_.size();
+  return f;
 }
 
 }  // namespace eacgm

@@ -15,6 +15,12 @@
 // time. Each rank's offset against the rank seen last to finish its first
 // collective is the one under which a window of consecutive collectives all
 // overlap. Arrivals wait in a buffer until that alignment is known.
+//
+// Memory is bounded for `eacgm serve`, which runs for days: each rank keeps
+// its most recent `straggler_window` collectives (the straggler test is
+// judged on them), at most `max_pending_per_comm` collectives wait for their
+// ranks on one communicator, and forget_process() releases what was kept
+// about a process once it has exited.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +48,16 @@ class CollectiveTracker {
     // the other ranks' typical lateness.
     uint64_t straggler_min_lateness_ns = 1'000'000;
     double straggler_min_ratio = 4.0;
+    // The share, the binomial test and both medians are taken over each
+    // rank's most recent this many collectives: the state a rank is in now,
+    // in memory that does not grow with the job's age. Sessions shorter than
+    // this are judged on every collective, as if there were no window.
+    size_t straggler_window = 65536;
+    // Collectives that some ranks entered and others not yet, per
+    // communicator. More happens only when a rank is not traced (outside
+    // serve's cgroup) or gone: the oldest is given up on, after its hang
+    // was reported.
+    size_t max_pending_per_comm = 4096;
   };
 
   explicit CollectiveTracker(Options options) : options_(options) {}
@@ -60,6 +76,22 @@ class CollectiveTracker {
 
   // Seconds are counted from here in anomalies.
   void set_session_start(uint64_t start_ns) { session_start_ns_ = start_ns; }
+
+  // Releases a process that has exited: its communicator handles, its
+  // ranks' figures, its arrivals at collectives still waiting (a collective
+  // nobody alive waits for goes), and the assumed world communicator once
+  // no rank of it is left, so that the next job is aligned afresh.
+  void forget_process(uint32_t pid);
+
+  // What is kept, for tests of the bounds.
+  struct Footprint {
+    size_t communicators = 0;     // (pid, handle) pairs
+    size_t ranks = 0;             // (communicator, rank) figures
+    size_t lateness_samples = 0;  // over every rank
+    size_t pending = 0;           // collectives waiting for ranks
+    size_t world_ranks = 0;       // the assumed world communicator's ranks
+  };
+  Footprint footprint() const;
 
  private:
   struct Comm {
@@ -97,34 +129,48 @@ class CollectiveTracker {
     std::map<int, Arrival> arrivals;  // by rank
     uint64_t first_ns = 0;
   };
+  // A rank's most recent collectives, oldest overwritten first.
+  struct Recent {
+    std::vector<int64_t> lateness_ns;  // arrival minus the median arrival
+    std::vector<bool> was_last;        // whether this rank arrived last
+    size_t next = 0;                   // the oldest, once full
+    uint64_t last = 0;                 // how many of them it was last in
+    void add(int64_t lateness, bool last_in, size_t capacity);
+    size_t size() const { return lateness_ns.size(); }
+  };
   struct RankStats {
     uint32_t pid = 0;
     std::string comm_id;
-    uint64_t collectives = 0;          // matched across all ranks
-    uint64_t last = 0;                 // times this rank arrived last
-    std::vector<int64_t> lateness_ns;  // arrival minus the median arrival, per collective
-    uint64_t first_last_ns = 0;        // first time it was last by a clear margin
-    uint64_t bus_bytes = 0;            // bytes weighted by the algorithm's bus factor
-    uint64_t busy_ns = 0;              // time inside collectives
+    uint64_t collectives = 0;    // matched across all ranks
+    uint64_t last = 0;           // times this rank arrived last
+    Recent recent;               // the straggler test's evidence
+    double lateness_sum_ns = 0;  // over every collective, for the mean
+    uint64_t first_last_ns = 0;  // first time it was last by a clear margin (in the window)
+    uint64_t first_last_at = 0;  // ...its collective: the count of collectives then
+    uint64_t bus_bytes = 0;      // bytes weighted by the algorithm's bus factor
+    uint64_t busy_ns = 0;        // time inside collectives
     std::optional<std::pair<uint64_t, std::string>> last_completed;  // seq, name
   };
   using CommKey = std::pair<uint32_t, uint64_t>;  // pid, communicator handle
+  using PendingMap = std::map<std::pair<std::string, uint64_t>, Pending>;  // (comm id, seq)
 
   Comm* comm_of(const CallRecord& call, const ProcessInfo* process);
   void arrive(const std::string& comm_id, int rank, int nranks, uint64_t seq, uint64_t ts_ns,
               uint32_t pid, std::string_view name);
   void align_world();
   void settle(const std::string& comm_id, uint64_t seq, Pending& pending);
+  PendingMap::iterator erase_pending(PendingMap::iterator it);  // keeps the count per comm
   std::optional<Anomaly> straggler_in(const std::string& comm_id);
 
   Options options_;
   uint64_t session_start_ns_ = 0;
   std::map<CommKey, Comm> comms_;
-  std::map<std::pair<std::string, uint64_t>, Pending> pending_;  // (comm id, seq)
-  std::map<std::pair<std::string, int>, RankStats> ranks_;       // (comm id, rank)
-  std::set<std::string> hang_reported_;                          // comm ids
-  std::set<std::string> straggler_reported_;                     // comm ids
-  std::map<int, WorldRank> world_;                               // by rank; emptied once aligned
+  PendingMap pending_;
+  std::map<std::string, size_t> pending_per_comm_;          // entries of pending_, by comm id
+  std::map<std::pair<std::string, int>, RankStats> ranks_;  // (comm id, rank)
+  std::set<std::string> hang_reported_;                     // comm ids
+  std::set<std::string> straggler_reported_;                // comm ids
+  std::map<int, WorldRank> world_;                          // by rank; emptied once aligned
   bool world_aligned_ = false;
 };
 

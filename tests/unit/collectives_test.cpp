@@ -159,13 +159,20 @@ TEST(Collectives, HangNamesTheMissingRankAfterTheTimeout) {
 class AttachedJob {
  public:
   AttachedJob(std::vector<int> first_step, CollectiveTracker::Options options = {})
-      : first_step_(std::move(first_step)), tracker_(options), procs_(first_step_.size()) {
+      : tracker_(options) {
+    restart(std::move(first_step), Job::pid(0));
+  }
+  // Another job, with other processes, seen by the same tracker.
+  void restart(std::vector<int> first_step, uint32_t first_pid) {
+    first_step_ = std::move(first_step);
+    procs_.assign(first_step_.size(), ProcessInfo{});
     for (size_t r = 0; r < procs_.size(); ++r) {
-      procs_[r].pid = Job::pid(static_cast<int>(r));
+      procs_[r].pid = first_pid + static_cast<uint32_t>(r);
       procs_[r].rank = static_cast<int>(r);
       procs_[r].world_size = static_cast<int>(procs_.size());
     }
   }
+  uint32_t pid(int rank) const { return procs_[rank].pid; }
   int nranks() const { return static_cast<int>(procs_.size()); }
   void enter(int rank, int step, uint64_t t) {
     if (step < first_step_[rank]) return;
@@ -184,7 +191,7 @@ class AttachedJob {
  private:
   CallRecord call(int rank, uint64_t t) const {
     CallRecord c;
-    c.pid = Job::pid(rank);
+    c.pid = pid(rank);
     c.tid = c.pid;
     c.spec = &row("ncclAllReduce");
     c.start_ns = t;
@@ -342,6 +349,172 @@ TEST(Collectives, BytesAndBusBandwidthPerRank) {
   // all-reduce bus factor 2(n-1)/n = 1 for two ranks: 4 MiB per ms.
   EXPECT_NEAR(ranks[0]["bus_bandwidth_gbps"].get<double>(), 4.194304, 1e-9);
   EXPECT_EQ(ranks[0]["collectives"], 1);
+}
+
+// Runs `collectives` all-reduces, entries only (the verdicts need no more),
+// checking every 1,000th; `delay(rank, step)` is how late each rank arrives.
+template <typename Delay>
+std::vector<Anomaly> arrivals(Job& job, int nranks, uint64_t from, uint64_t collectives,
+                              Delay delay, uint64_t& t) {
+  std::vector<Anomaly> found;
+  for (uint64_t s = from; s < from + collectives; ++s) {
+    uint64_t last = 0;
+    for (int r = 0; r < nranks; ++r) {
+      job.enter(r, t + delay(r, s));
+      last = std::max(last, t + delay(r, s));
+    }
+    t = last + 20 * kMs;
+    if (s % 1000 == 999) {
+      for (Anomaly& a : job.tracker().check(t)) found.push_back(std::move(a));
+    }
+  }
+  return found;
+}
+
+TEST(Collectives, MemoryIsBoundedOverAMillionCollectivesAndALateStragglerIsNamed) {
+  // A job that runs for days under serve: healthy for 700,000 all-reduces,
+  // then rank 2 starts arriving 20 ms late. Each rank keeps its last 1,024
+  // collectives, so the rank's present state is judged, not its whole past
+  // (over all 1,000,000, rank 2 was last in under half: never a straggler).
+  CollectiveTracker::Options options;
+  options.straggler_window = 1024;
+  Job job(4, options);
+  std::mt19937 rng(6);
+  uint64_t t = 1'000 * kMs;
+  const auto jitter = [&](int, uint64_t) -> uint64_t { return rng() % (3 * kMs); };
+  std::vector<Anomaly> found = arrivals(job, 4, 0, 700'000, jitter, t);
+  EXPECT_TRUE(found.empty()) << found[0].message;
+  const uint64_t slow_from_ns = t;
+  found = arrivals(
+      job, 4, 700'000, 300'000,
+      [&](int rank, uint64_t s) -> uint64_t {
+        return jitter(rank, s) + (rank == 2 ? 20 * kMs : 0);
+      },
+      t);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].kind, "straggler");
+  EXPECT_EQ(found[0].rank, 2);
+  EXPECT_GE(found[0].evidence["median_lateness_ns"].get<int64_t>(), 19 * static_cast<int64_t>(kMs));
+  EXPECT_EQ(found[0].evidence["collectives"], 1024);  // judged on the window
+  // Since when: within two windows of the change (healthy ranks are sometimes
+  // last by 1 ms too), not the first such collective of the job, hours before.
+  EXPECT_GE(found[0].t_s * 1e9, static_cast<double>(slow_from_ns - 2 * 1024 * 25 * kMs));
+
+  const CollectiveTracker::Footprint f = job.tracker().footprint();
+  EXPECT_EQ(f.lateness_samples, 4u * 1024);  // not 4,000,000
+  EXPECT_EQ(f.pending, 0u);
+  EXPECT_EQ(f.ranks, 4u);
+  // The figures still count every collective; the mean is over all of them.
+  const nlohmann::json ranks = job.tracker().rank_figures();
+  EXPECT_EQ(ranks[2]["collectives"], 1'000'000);
+  EXPECT_GE(ranks[2]["median_lateness_ns"].get<int64_t>(), 19 * static_cast<int64_t>(kMs));
+  EXPECT_GT(ranks[2]["mean_lateness_ns"].get<int64_t>(), 5 * static_cast<int64_t>(kMs));
+  EXPECT_LT(ranks[2]["mean_lateness_ns"].get<int64_t>(), 7 * static_cast<int64_t>(kMs));
+}
+
+TEST(Collectives, FiguresOfASessionWithinTheWindowAreExact) {
+  // Rank 1 is 1, 2, ... 100 us late in turn; the median rank never is.
+  // Exact median and mean, whether the window is larger or just large enough.
+  for (size_t window : {size_t{65536}, size_t{100}}) {
+    CollectiveTracker::Options options;
+    options.straggler_window = window;
+    Job job(3, options);
+    uint64_t t = 1'000 * kMs;
+    arrivals(
+        job, 3, 0, 100,
+        [](int rank, uint64_t s) -> uint64_t { return rank == 1 ? (s + 1) * 1000 : 0; }, t);
+    const nlohmann::json ranks = job.tracker().rank_figures();
+    ASSERT_EQ(ranks.size(), 3u);
+    EXPECT_EQ(ranks[1]["collectives"], 100);
+    EXPECT_EQ(ranks[1]["arrived_last"], 100);
+    EXPECT_EQ(ranks[1]["median_lateness_ns"], 50'000) << "window " << window;  // lower median
+    EXPECT_EQ(ranks[1]["mean_lateness_ns"], 50'500) << "window " << window;
+    EXPECT_EQ(ranks[0]["median_lateness_ns"], 0);
+    EXPECT_EQ(job.tracker().footprint().lateness_samples, 300u);
+  }
+}
+
+TEST(Collectives, WaitingCollectivesAreBoundedWhenARankIsNeverSeen) {
+  // Rank 2 of three is not traced (outside serve's cgroup): no collective
+  // ever completes. The hang is reported once; the oldest waiting ones go.
+  CollectiveTracker::Options options;
+  options.max_pending_per_comm = 1024;
+  Job job(3, options);
+  uint64_t t = 1'000 * kMs;
+  std::vector<Anomaly> found;
+  for (int s = 0; s < 100'000; ++s) {
+    job.enter(0, t);
+    job.enter(1, t + kMs);
+    t += 20 * kMs;
+    if (s % 100 == 99) {
+      for (Anomaly& a : job.tracker().check(t)) found.push_back(std::move(a));
+    }
+    ASSERT_LE(job.tracker().footprint().pending, 1024u);
+  }
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].kind, "hang");
+  EXPECT_EQ(found[0].rank, 2);
+  EXPECT_EQ(found[0].evidence["seq"], 1);  // the first one, found before it was given up on
+}
+
+TEST(Collectives, ForgettingExitedProcessesReleasesTheirCommunicators) {
+  Job job(4);
+  std::mt19937 rng(7);
+  run(job, 4, 50, [&](int, int) -> uint64_t { return rng() % kMs; });
+  job.enter(0, 10'000 * kMs);  // a collective only ranks 0 and 1 entered before the job died
+  job.enter(1, 10'000 * kMs);
+  CollectiveTracker::Footprint f = job.tracker().footprint();
+  EXPECT_EQ(f.communicators, 4u);
+  EXPECT_EQ(f.ranks, 4u);
+  EXPECT_EQ(f.pending, 1u);
+  EXPECT_EQ(f.lateness_samples, 4u * 50);
+
+  job.tracker().forget_process(Job::pid(0));
+  f = job.tracker().footprint();
+  EXPECT_EQ(f.communicators, 3u);
+  EXPECT_EQ(f.ranks, 3u);
+  EXPECT_EQ(f.pending, 1u);  // rank 1 still waits in it
+  job.tracker().forget_process(Job::pid(1));
+  EXPECT_EQ(job.tracker().footprint().pending, 0u);  // nobody alive waits for it
+  job.tracker().forget_process(Job::pid(2));
+  job.tracker().forget_process(Job::pid(3));
+  f = job.tracker().footprint();
+  EXPECT_EQ(f.communicators, 0u);
+  EXPECT_EQ(f.ranks, 0u);
+  EXPECT_EQ(f.lateness_samples, 0u);
+  EXPECT_TRUE(job.tracker().rank_figures().empty());
+  EXPECT_TRUE(job.tracker().check(100'000 * kMs).empty());  // no hang for the dead
+}
+
+TEST(Collectives, TheNextJobAfterAttachIsAlignedAfresh) {
+  // serve sees one job of the assumed world communicator end, then another
+  // start with ranks at other points of their progress. Aligned on the first
+  // job's offsets, the second's collectives would be misnumbered.
+  AttachedJob job({0, 1, 0, 1});
+  std::mt19937 rng(8);
+  auto first = run_attached(job, 40, [&](int rank, int) -> uint64_t {
+    return rng() % (200 * 1000) + (rank == 1 ? 20 * kMs : 0);
+  });
+  ASSERT_EQ(first.first.size(), 1u);
+  EXPECT_EQ(first.first[0].rank, 1);
+  for (int r = 0; r < 4; ++r) job.tracker().forget_process(job.pid(r));
+  EXPECT_EQ(job.tracker().footprint().world_ranks, 0u);
+  EXPECT_EQ(job.tracker().footprint().communicators, 0u);
+
+  job.restart({1, 0, 2, 0}, 2000);
+  auto [found, seqs] = run_attached(job, 60, [&](int rank, int) -> uint64_t {
+    return rng() % (200 * 1000) + (rank == 2 ? 20 * kMs : 0);
+  });
+  // Step 2 is the first every rank of the new job is seen finishing: sequence 1.
+  for (int s = 25; s < 60; ++s) {
+    EXPECT_EQ(seqs[s], (std::vector<std::optional<uint64_t>>(4, static_cast<uint64_t>(s - 1))))
+        << "step " << s;
+  }
+  // The first job's straggler was its own: the new one is named too.
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].kind, "straggler");
+  EXPECT_EQ(found[0].rank, 2);
+  EXPECT_EQ(found[0].pid, 2002u);
 }
 
 TEST(NcclTable, BytesForEveryDatatype) {
