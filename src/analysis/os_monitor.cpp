@@ -215,6 +215,45 @@ void OsMonitor::on_process_exit(uint32_t pid) {
   if (auto it = activity_.mmap.find(pid); it != activity_.mmap.end()) it->second.exited = true;
 }
 
+void OsMonitor::forget_process(uint32_t pid) {
+  process_start_.erase(pid);
+  comms_.erase(pid);
+  storms_.erase(pid);
+  signal_by_number_.erase(pid);
+  oom_by_pid_.erase(pid);
+  libraries_.erase(pid);
+  std::erase_if(conflicts_reported_, [pid](const auto& key) { return key.first == pid; });
+  std::erase_if(slow_reported_, [pid](const auto& key) { return key.first == pid; });
+  activity_.mmap.erase(pid);
+  activity_.ioctl.erase(pid);
+  // The lists are the session's record; the agent keeps no record of the dead,
+  // and their entries would otherwise fill the caps for good.
+  std::erase_if(activity_.signals, [pid](const SignalEvent& s) { return s.pid == pid; });
+  std::erase_if(activity_.oom_kills, [pid](const OomKillEvent& o) { return o.pid == pid; });
+  std::erase_if(activity_.slow_ioctls, [pid](const IoctlEvent& i) { return i.pid == pid; });
+}
+
+OsMonitor::Footprint OsMonitor::footprint() const {
+  std::set<uint32_t> pids;
+  const auto add_keys = [&pids](const auto& by_pid) {
+    for (const auto& entry : by_pid) pids.insert(entry.first);
+  };
+  add_keys(process_start_);
+  add_keys(comms_);
+  add_keys(storms_);
+  add_keys(signal_by_number_);
+  add_keys(oom_by_pid_);
+  add_keys(libraries_);
+  add_keys(conflicts_reported_);
+  add_keys(slow_reported_);
+  add_keys(activity_.mmap);
+  add_keys(activity_.ioctl);
+  return {.processes = pids.size(),
+          .signals = activity_.signals.size(),
+          .oom_kills = activity_.oom_kills.size(),
+          .slow_ioctls = activity_.slow_ioctls.size()};
+}
+
 void OsMonitor::set_devices(std::string pattern, std::map<uint32_t, std::string> devices) {
   activity_.ioctl_pattern = std::move(pattern);
   for (auto& [rdev, path] : devices) activity_.devices[rdev] = std::move(path);
@@ -239,7 +278,11 @@ bool OsMonitor::on_signal(const SignalEvent& e) {
 
 void OsMonitor::on_oom_kill(const OomKillEvent& e) {
   ++events_;
-  activity_.oom_kills.push_back(e);
+  if (activity_.oom_kills.size() < options_.max_oom_kills) {
+    activity_.oom_kills.push_back(e);
+  } else {
+    ++oom_kills_dropped_;
+  }
   oom_by_pid_[e.pid] = e;
   if (!e.comm.empty()) comms_.try_emplace(e.pid, e.comm);
   Anomaly a;
@@ -504,6 +547,7 @@ json OsMonitor::figures() const {
                     {"triggered_by", {{"pid", o.killer_pid}, {"comm", o.killer_comm}}}});
   }
   out["oom_kills"] = std::move(ooms);
+  if (oom_kills_dropped_ > 0) out["oom_kills_not_kept"] = oom_kills_dropped_;
 
   json mmap = json::object();
   for (const auto& [pid, st] : activity_.mmap) {

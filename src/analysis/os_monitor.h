@@ -3,6 +3,10 @@
 // OsActivity, says in a sentence why a process ended, and reports what is
 // anomalous (a MAP_POPULATE storm, a slow driver call, two builds of one
 // library in one process) while the job still runs. Pure: no kernel, no I/O.
+//
+// `record` keeps everything for summary.json and SQLite (the lists are capped
+// by the options below); `eacgm serve`, which runs for days, releases each
+// process with forget_process() once it has exited and sets smaller caps.
 #pragma once
 
 #include <cstdint>
@@ -95,6 +99,9 @@ class OsMonitor {
     uint32_t self_pid = 0;       // eacgm itself: its SIGCONTs resume loader stops
     size_t max_signals = 10000;  // kept in the session; counted beyond
     size_t max_slow_ioctls = 100;
+    // Kept in the session; counted beyond. Each one ends a process, so
+    // `record` never sees many; an agent that runs for days may.
+    size_t max_oom_kills = 10000;
   };
 
   OsMonitor() : OsMonitor(Options{}) {}
@@ -106,6 +113,9 @@ class OsMonitor {
   void on_process(uint32_t pid, const std::string& comm, uint64_t start_ns);
   // Its mappings went with it: the large ones still mapped are marked so.
   void on_process_exit(uint32_t pid);
+  // Releases everything kept about a process that has exited, its entries in
+  // the session's lists included (`eacgm serve`; explain() its exit first).
+  void forget_process(uint32_t pid);
 
   // Returns false for signals that are eacgm's own doing (the loader stop's
   // SIGSTOP and the SIGCONT that ends it): not the job's business.
@@ -127,6 +137,15 @@ class OsMonitor {
   nlohmann::json figures() const;
   uint64_t events() const { return events_; }
 
+  // What is kept, for tests of the bounds.
+  struct Footprint {
+    size_t processes = 0;  // pids with any state
+    size_t signals = 0;    // entries of the session's lists
+    size_t oom_kills = 0;
+    size_t slow_ioctls = 0;
+  };
+  Footprint footprint() const;
+
  private:
   double seconds(uint64_t ns) const;
   std::string who(uint32_t pid) const;
@@ -134,7 +153,8 @@ class OsMonitor {
   Options options_;
   uint64_t session_start_ns_ = 0;
   uint64_t events_ = 0;
-  uint64_t signals_dropped_ = 0;  // beyond max_signals
+  uint64_t signals_dropped_ = 0;    // beyond max_signals
+  uint64_t oom_kills_dropped_ = 0;  // beyond max_oom_kills
   OsActivity activity_;
   std::map<uint32_t, uint64_t> process_start_;
   std::map<uint32_t, std::string> comms_;  // for messages

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -317,6 +318,105 @@ TEST(OsMonitor, TwoBuildsOfOneLibraryReportedOncePerFamily) {
   EXPECT_TRUE(os.take_anomalies().empty());
   os.on_libraries(6, both, 4 * kSecond);  // another process: its own report
   EXPECT_EQ(os.take_anomalies().size(), 1u);
+}
+
+// Everything the os layer can learn about one process: its name and start, a
+// signal, an OOM kill, a large populate mapping, a slow ioctl, two builds of
+// libcudart.
+void live_a_process(OsMonitor& os, uint32_t pid, uint64_t t) {
+  os.on_process(pid, "worker", t);
+  os.on_signal(kill_signal(pid, SIGTERM, 1, "systemd"));
+  OomKillEvent oom;
+  oom.pid = pid;
+  oom.ts_ns = t;
+  oom.comm = "worker";
+  os.on_oom_kill(oom);
+  MmapEvent m = mapping(MmapEvent::Op::kMmap, 0x7f0000000000, 256 * kMiB, 0x22 | kMapPopulate);
+  m.pid = pid;
+  m.ts_ns = t;
+  os.on_mmap(m);
+  IoctlEvent e;
+  e.pid = pid;
+  e.ts_ns = t;
+  e.rdev = (195u << 20) | 255;
+  e.duration_ns = 60'000'000;
+  os.on_ioctl(e);
+  os.on_libraries(pid,
+                  {build("/usr/local/cuda/lib64/libcudart.so.13", 10, "2a12"),
+                   build("/opt/sim/lib/libcudart.so.13", 20, "9f9f")},
+                  t);
+  os.on_process_exit(pid);
+}
+
+TEST(OsMonitor, ForgettingAProcessReleasesEverythingKeptAboutIt) {
+  OsMonitor os;
+  live_a_process(os, 5, kSecond);
+  live_a_process(os, 6, kSecond);
+  EXPECT_EQ(os.take_anomalies().size(), 6u);  // each: its OOM kill, slow ioctl and conflict
+  EXPECT_EQ(os.footprint().processes, 2u);
+  const ProcessExit before = os.explain(5, killed(SIGKILL));
+  EXPECT_NE(before.cause.find("OOM killer"), std::string::npos);
+
+  os.forget_process(5);
+  const OsMonitor::Footprint f = os.footprint();
+  EXPECT_EQ(f.processes, 1u);
+  EXPECT_EQ(f.signals, 1u);
+  EXPECT_EQ(f.oom_kills, 1u);
+  EXPECT_EQ(f.slow_ioctls, 1u);
+  EXPECT_FALSE(os.activity().mmap.contains(5));
+  EXPECT_FALSE(os.activity().ioctl.contains(5));
+  EXPECT_EQ(os.activity().signals.front().pid, 6u);
+  EXPECT_EQ(os.explain(6, killed(SIGKILL)).cause, before.cause);  // the other one is kept
+  EXPECT_EQ(os.explain(5, killed(SIGKILL)).cause, killed(SIGKILL).cause);
+
+  // A new process with a reused pid starts from nothing: its conflict is reported again.
+  live_a_process(os, 5, 2 * kSecond);
+  std::vector<Anomaly> again = os.take_anomalies();
+  EXPECT_EQ(std::ranges::count(again, std::string("library_conflict"), &Anomaly::kind), 1);
+  EXPECT_EQ(std::ranges::count(again, std::string("slow_ioctl"), &Anomaly::kind), 1);
+}
+
+TEST(OsMonitor, AnAgentsStateStaysBoundedOverTenThousandProcesses) {
+  // serve's caps; each process is forgotten once it has exited, as serve does.
+  OsMonitor::Options options;
+  options.max_signals = 256;
+  options.max_oom_kills = 64;
+  options.max_slow_ioctls = 64;
+  OsMonitor os(options);
+  for (uint32_t pid = 1000; pid < 11'000; ++pid) {
+    live_a_process(os, pid, pid * kSecond);
+    // A long-lived process in between, never forgotten: the caps hold for it.
+    os.on_signal(kill_signal(1, SIGUSR1, 2, "sender"));
+    os.take_anomalies();
+    os.explain(pid, killed(SIGKILL));
+    os.forget_process(pid);
+    const OsMonitor::Footprint f = os.footprint();
+    ASSERT_LE(f.processes, 1u) << "after pid " << pid;
+    ASSERT_LE(f.signals, 256u);
+    ASSERT_LE(f.oom_kills, 64u);
+    ASSERT_LE(f.slow_ioctls, 64u);
+  }
+  // The long-lived process's signals fill the list but for the last place,
+  // which each short-lived process's signal takes until it is forgotten.
+  EXPECT_EQ(os.footprint().signals, 255u);
+  EXPECT_GT(os.figures()["signals_not_kept"].get<uint64_t>(), 9'000u);
+}
+
+TEST(OsMonitor, OomKillsBeyondTheCapAreCounted) {
+  OsMonitor::Options options;
+  options.max_oom_kills = 2;
+  OsMonitor os(options);
+  for (uint32_t pid = 1; pid <= 3; ++pid) {
+    OomKillEvent oom;
+    oom.pid = pid;
+    os.on_oom_kill(oom);
+  }
+  EXPECT_EQ(os.take_anomalies().size(), 3u);  // every one is still an anomaly
+  const nlohmann::json f = os.figures();
+  EXPECT_EQ(f["oom_kills"].size(), 2u);
+  EXPECT_EQ(f["oom_kills_not_kept"], 1);
+  // The third is still the cause of its process's death.
+  EXPECT_NE(os.explain(3, killed(SIGKILL)).cause.find("OOM killer"), std::string::npos);
 }
 
 TEST(LibraryIdentity, Families) {
