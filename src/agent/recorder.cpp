@@ -452,6 +452,8 @@ void Recorder::forget_process(uint32_t pid) {
   leaks_.forget(pid);
   analysis_.forget(pid);
   stopped_.erase(pid);
+  collectives_.forget_process(pid);
+  os_.forget_process(pid);
 }
 
 void Recorder::tick(uint64_t now_ns, bool final) {

@@ -73,8 +73,9 @@ class Recorder {
   // Processes still alive among those followed.
   size_t live_processes() const;
   // Releases everything kept about a process that has exited (its session
-  // entry, memory model, flight recorder and leak history): `eacgm serve`
-  // follows processes for days and must not keep the dead.
+  // entry, memory model, flight recorder, leak history, communicators and os
+  // layer records): `eacgm serve` follows processes for days and must not
+  // keep the dead.
   void forget_process(uint32_t pid);
 
   // Live analysis: reports anomalies that became clear by `now_ns`.

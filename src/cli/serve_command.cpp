@@ -30,6 +30,15 @@ constexpr const char* kLoaderPath = "/lib64/ld-linux-x86-64.so.2";
 constexpr uint64_t kRecheckNs = 2'000'000'000;
 // An exited process's series stay this long, so a last scrape can see them.
 constexpr uint64_t kKeepExitedNs = 2'000'000'000;
+// Stragglers are judged on each rank's last this many collectives: what the
+// rank does now (minutes of a training job), in 33 KiB per rank however long
+// the job has run.
+constexpr size_t kStragglerWindow = 4096;
+// serve writes no session record, so the os layer's lists (kept for
+// summary.json by `record`) are short; the dead's entries are released.
+constexpr size_t kMaxOsSignals = 256;
+constexpr size_t kMaxOsOomKills = 64;
+constexpr size_t kMaxOsSlowIoctls = 64;
 
 uint64_t clock_ns(clockid_t clock) {
   timespec ts{};
@@ -183,7 +192,8 @@ int run_serve(const ServeOptions& options) {
       static_cast<int64_t>(clock_ns(CLOCK_REALTIME)) - static_cast<int64_t>(session.start_ns);
   Recorder recorder(session, options.layers,
                     CollectiveTracker::Options{
-                        .hang_timeout_ns = static_cast<uint64_t>(options.hang_timeout_s * 1e9)});
+                        .hang_timeout_ns = static_cast<uint64_t>(options.hang_timeout_s * 1e9),
+                        .straggler_window = kStragglerWindow});
   auto owned_metrics = std::make_unique<ServeMetrics>(ServeMetrics::Options{}, EACGM_VERSION);
   ServeMetrics& metrics = *owned_metrics;
   recorder.add_sink(std::move(owned_metrics));  // the recorder outlives the HTTP server below
@@ -205,6 +215,9 @@ int run_serve(const ServeOptions& options) {
 
   OsMonitor::Options os_monitor;
   os_monitor.self_pid = static_cast<uint32_t>(getpid());
+  os_monitor.max_signals = kMaxOsSignals;
+  os_monitor.max_oom_kills = kMaxOsOomKills;
+  os_monitor.max_slow_ioctls = kMaxOsSlowIoctls;
   recorder.configure_os({.monitor = os_monitor});
   std::set<Layer> bpf_layers = options.layers;
   bpf_layers.erase(Layer::kGpu);
@@ -291,7 +304,7 @@ void add_serve_command(CLI::App& app, std::function<int()>& run, LayerParser par
                    "HOST:PORT to serve /metrics, /healthz and /anomalies on")
       ->capture_default_str();
   serve->add_option("--layers", args->layers, "comma-separated layers to trace")
-      ->default_val("cuda,nccl,gpu");
+      ->default_val("cuda,nccl,os,gpu");
   serve->add_option("--cgroup", args->options.cgroup,
                     "trace only processes in this cgroup v2 (a directory of the hierarchy or a "
                     "path below its root)");
