@@ -186,11 +186,12 @@ class ServeTest(EacgmTest):
         self.cgroups.append(path)
         return path
 
-    def serve(self, port, cgroup):
+    def serve(self, port, cgroup, layers=("--layers", "cuda,nccl")):
+        """serve on `port` for `cgroup`; layers=() leaves serve its default layers."""
         name = f"serve-{port}"
         err = open(os.path.join(self.tmp, name + ".log"), "w+")
         p = subprocess.Popen([EACGM, "serve", "--listen", f"127.0.0.1:{port}", "--cgroup", cgroup,
-                              "--layers", "cuda,nccl"], stdout=err, stderr=subprocess.STDOUT)
+                              *layers], stdout=err, stderr=subprocess.STDOUT)
         p.log = err
         p.url = f"http://127.0.0.1:{port}"
         self.serves.append(p)
@@ -246,14 +247,19 @@ class ServeTest(EacgmTest):
         return {api: float(sum(int(r.get(api, 0)) for r in ranks.values())) for api in apis}
 
     def test_exact_counters_and_straggler_in_prometheus(self):
+        # serve's default layers: the os layer is on, and changes no count and no verdict.
         cg = self.cgroup()
         port = free_port()
-        serve = self.serve(port, cg)
+        serve = self.serve(port, cg, layers=())
         links = bpf_links_of(serve.pid)
         self.assertTrue(links)
         self.prometheus = Prometheus(self.tmp, [f"127.0.0.1:{port}"])
         job = self.held_job(cg, serve, ["--ranks", "4", "--steps", "40", "--slow-rank", "2",
                                         "--slow-ms", "20"])
+        active = {dict(labels)["layer"]: value
+                  for (name, labels), value in self.metrics(serve).items()
+                  if name == "eacgm_layer_active"}
+        self.assertEqual(active.get("os"), 1.0, active)
         self.release(job)
         ranks = self.finish_job(job)
         self.assertEqual(sorted(ranks), [0, 1, 2, 3])
