@@ -333,6 +333,13 @@ void add_serve_command(CLI::App& app, std::function<int()>& run, LayerParser par
       std::string error;
       auto layers = parse_layers(args->layers, error);
       if (!layers) return fail(error);
+      // Per-function figures have no bounded set of Prometheus labels, and per-thread
+      // sampling of every Python process on a node is a profiler's job: record or attach.
+      if (layers->contains(Layer::kPython)) {
+        return fail(
+            "the python layer is for `eacgm record` and `eacgm attach` (per-function figures "
+            "have no bounded set of metric labels); serve traces cuda, nccl, torch, os, gpu");
+      }
       args->options.layers = *layers;
       return run_serve(args->options);
     };

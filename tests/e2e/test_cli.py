@@ -34,6 +34,16 @@ class BadInput(EacgmTest):
         self.assertUsageError(run("record", "-o", self.out(), "--layers", "gpux", "--", "true"),
                               "unknown layer")
 
+    def test_serve_refuses_the_python_layer(self):
+        self.assertUsageError(run("serve", "--layers", "cuda,python"), "python layer",
+                              "record")
+
+    def test_bad_python_options(self):
+        self.assertUsageError(run("record", "-o", self.out(), "--python-rate", "0", "--",
+                                  "true"), "python-rate")
+        self.assertUsageError(run("record", "-o", self.out(), "--python-slow-ms", "-5", "--",
+                                  "true"), "python-slow-ms")
+
     def test_nonexistent_pid(self):
         self.assertUsageError(run("attach", "-p", "999999999", "-o", self.out()), "no process")
 
@@ -73,6 +83,8 @@ class Commands(EacgmTest):
         proc = run("doctor")
         for fragment in ("BTF", "uprobes", "tracefs", "kprobes", "lockdown", "privileges", "cuda"):
             self.assertIn(fragment, proc.stdout)
+        # Debian's interpreter is a dependency: the python layer names it, with its USDT probes.
+        self.assertIn("/usr/bin/python3.11 (CPython 3.11, USDT probes)", proc.stdout)
         if os.geteuid() == 0:
             self.assertEqual(proc.returncode, 0, proc.stdout)
             self.assertIn("fentry", proc.stdout)
