@@ -446,6 +446,10 @@ size_t Recorder::live_processes() const {
 }
 
 void Recorder::forget_process(uint32_t pid) {
+  if (const ProcessInfo* proc = session_.find_process(pid)) {
+    for (const auto& [tid, name] : proc->threads) session_.torch_nesting.forget_thread(tid);
+  }
+  torch_threads_.forget(pid);
   session_.processes.erase(pid);
   session_.device_memory.erase(pid);
   flight_.forget(pid);

@@ -20,6 +20,9 @@ class NestedTime {
   // Folds in one finished call of `tid`; returns the time its traced children took.
   // `depth` 0 means nothing was open on the thread when it started: no parent will claim it.
   uint64_t children_ns(uint32_t tid, uint64_t start_ns, uint64_t duration_ns, uint32_t depth);
+  // The thread is gone (serve releases its process): drop what it left unclaimed.
+  void forget_thread(uint32_t tid) { pending_.erase(tid); }
+  size_t threads() const { return pending_.size(); }
 
  private:
   struct Span {

@@ -26,6 +26,11 @@ class TorchThreads {
   // to the names of autograd threads in `session`, so the Perfetto and SQLite thread names say
   // it too.
   nlohmann::json finish(Session& session) const;
+  // The process is gone (serve releases it).
+  void forget(uint32_t pid) {
+    threads_.erase(threads_.lower_bound({pid, 0}), threads_.lower_bound({pid + 1, 0}));
+  }
+  size_t threads() const { return threads_.size(); }
 
  private:
   struct Counts {
