@@ -431,12 +431,21 @@ uint8_t bpf_row_flags(const ProbeSpec& spec) {
   return (spec.emit_entry ? EACGM_ROW_EMIT_ENTRY : 0) | (stack ? EACGM_ROW_STACK_ARGS : 0);
 }
 
+bool DecodedArg::is_pointer() const {
+  return spec != nullptr &&
+         (spec->format == ArgFormat::kPointer || spec->format == ArgFormat::kOutPointer);
+}
+
 std::vector<DecodedArg> decode_args(const ProbeSpec& spec, const RawCall& call) {
   std::vector<DecodedArg> out;
   out.reserve(spec.args.size());
   for (const ArgSpec& arg : spec.args) {
     const uint64_t v = call.args[arg.slot];
-    DecodedArg d{.name = arg.name, .text = {}, .number = std::nullopt};
+    DecodedArg d{.name = arg.name,
+                 .text = {},
+                 .number = std::nullopt,
+                 .spec = &arg,
+                 .value = arg.format == ArgFormat::kOutPointer ? call.out_value : v};
     switch (arg.format) {
       case ArgFormat::kInt:
         d.number = static_cast<int32_t>(v);

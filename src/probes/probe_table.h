@@ -90,6 +90,9 @@ struct DecodedArg {
   std::string_view name;
   std::string text;               // human form: "0x7f12...", "cudaMemcpyHostToDevice", "(128,1,1)"
   std::optional<int64_t> number;  // numeric form where the argument is a plain number
+  const ArgSpec* spec = nullptr;  // the row's argument it decodes
+  uint64_t value = 0;  // the raw word (for an out-pointer: what the callee wrote through it)
+  bool is_pointer() const;
 };
 
 // What one finished call captured, as the BPF side reported it.

@@ -48,6 +48,12 @@ struct CallRecord {
 
   Layer layer() const { return spec->layer; }
   std::string_view name() const { return spec->symbol; }
+  // The arguments decoded, once for every sink that writes them.
+  const std::vector<DecodedArg>& decoded_args() const {
+    if (!decoded_args_) decoded_args_ = decode_args(*spec, raw);
+    return *decoded_args_;
+  }
+  mutable std::optional<std::vector<DecodedArg>> decoded_args_;  // decoded_args()'s cache
   bool failed() const { return spec->returns_status && raw.ret != 0; }
   uint64_t bytes() const { return call_bytes(*spec, raw); }
 };

@@ -69,21 +69,6 @@ void append_trace_packet(const pb::TracePacket& packet, std::string* out) {
 
 namespace {
 
-std::optional<uint64_t> parse_hex(std::string_view text) {
-  if (text.starts_with("0x") || text.starts_with("0X")) text.remove_prefix(2);
-  uint64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, 16);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
-  return value;
-}
-
-const ArgSpec* find_arg_spec(const ProbeSpec& spec, std::string_view name) {
-  for (const ArgSpec& arg : spec.args) {
-    if (arg.name == name) return &arg;
-  }
-  return nullptr;
-}
-
 void add_annotation(pb::TrackEvent* event, std::string_view name, int64_t value) {
   pb::DebugAnnotation* a = event->add_debug_annotations();
   a->set_name(std::string(name));
@@ -188,26 +173,16 @@ void PerfettoWriter::append_call_packets(const CallRecord& call, std::string* be
   event->set_name(std::string(spec.symbol));
   event->add_categories(std::string(layer_name(spec.layer)));
 
-  const std::vector<DecodedArg> args = decode_args(spec, call.raw);
-  for (size_t i = 0; i < args.size(); ++i) {
-    const DecodedArg& arg = args[i];
-    const ArgSpec* arg_spec = i < spec.args.size() && spec.args[i].name == arg.name
-                                  ? &spec.args[i]
-                                  : find_arg_spec(spec, arg.name);
-    const bool pointer = arg_spec != nullptr && (arg_spec->format == ArgFormat::kPointer ||
-                                                 arg_spec->format == ArgFormat::kOutPointer);
-    if (pointer) {
-      if (std::optional<uint64_t> value = parse_hex(arg.text)) {
-        pb::DebugAnnotation* a = event->add_debug_annotations();
-        a->set_name(std::string(arg.name));
-        a->set_pointer_value(*value);
-        continue;
-      }
+  for (const DecodedArg& arg : call.decoded_args()) {
+    if (arg.is_pointer()) {
+      pb::DebugAnnotation* a = event->add_debug_annotations();
+      a->set_name(std::string(arg.name));
+      a->set_pointer_value(arg.value);
     } else if (arg.number) {
       add_annotation(event, arg.name, *arg.number);
-      continue;
+    } else {
+      add_annotation(event, arg.name, arg.text);
     }
-    add_annotation(event, arg.name, arg.text);
   }
   add_annotation(event, "ret", call.raw.ret);
   if (spec.returns_status) {

@@ -197,26 +197,15 @@ void append_json_string(std::string& out, std::string_view text) {
 // every recorded call, and building a JSON document first cost a tenth of
 // the reader's time per event.
 std::string args_json(const CallRecord& call) {
-  const ProbeSpec& spec = *call.spec;
-  const std::vector<DecodedArg> decoded = decode_args(spec, call.raw);
+  const std::vector<DecodedArg>& decoded = call.decoded_args();
   std::string out = "{";
   for (size_t i = 0; i < decoded.size(); ++i) {
     const DecodedArg& arg = decoded[i];
-    const ArgSpec* arg_spec = nullptr;
-    if (i < spec.args.size() && spec.args[i].name == arg.name) {
-      arg_spec = &spec.args[i];
-    } else {
-      for (const ArgSpec& candidate : spec.args) {
-        if (candidate.name == arg.name) arg_spec = &candidate;
-      }
-    }
-    const bool pointer = arg_spec != nullptr && (arg_spec->format == ArgFormat::kPointer ||
-                                                 arg_spec->format == ArgFormat::kOutPointer);
     if (i > 0) out += ',';
     append_json_string(out, arg.name);
     out += ':';
     // Pointers stay hex text: readable, and exact beyond 2^53.
-    if (arg.number && !pointer) {
+    if (arg.number && !arg.is_pointer()) {
       fmt::format_to(std::back_inserter(out), "{}", *arg.number);
     } else {
       append_json_string(out, arg.text);
