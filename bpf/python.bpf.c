@@ -126,6 +126,7 @@ int py_sample(struct bpf_iter__task* ctx) {
   e->hdr.ts_ns = bpf_ktime_get_ns();
   e->on_cpu = task->__state == 0; /* TASK_RUNNING */
   e->pad = 0;
+  e->voluntary_switches = task->nvcsw;
   e->truncated = 0;
   e->nframes = 0;
   struct py_walk w = {.task = task, .layout = l, .frame = frame, .tgid = tgid, .pad = 0};

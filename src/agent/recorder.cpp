@@ -276,9 +276,9 @@ void Recorder::on_call(const CallRecord& event) {
     return;
   }
   CallRecord call = event;
-  if (call.py_code != 0) {
-    call.py_site = python_.site(call.pid, call.py_code, call.py_instr);
-    python_.note_working_thread(call.pid, call.tid);
+  if (call.py_code != 0) call.py_site = python_.site(call.pid, call.py_code, call.py_instr);
+  if (layers_.contains(Layer::kPython)) {
+    python_.note_traced_call(call.pid, call.tid, call.start_ns, call.duration_ns);
   }
   if (call.layer() == Layer::kNccl) {
     call.collective = collectives_.on_end(call, &proc);

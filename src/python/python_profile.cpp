@@ -167,11 +167,19 @@ std::vector<PythonStackChange> PythonProfile::on_sample(const PySampleEvent& eve
 
   const PyFrameRef& top = event.frames.front();
   const uint64_t hash = stack_hash(event.frames);
-  if (t.call && (gap || t.call->code != top.code || t.call->stack_hash != hash)) {
+  // Samples show the same innermost call both for one call that blocks and for a loop of
+  // short calls from one line (a paced training step). The kernel tells them apart: a thread
+  // that is waiting now and has begun another wait since the last sample is in a new wait,
+  // so a new call as far as stalls go. (A single call whose wait is broken by wake-ups, such
+  // as a read that trickles in, is judged by its longest unbroken wait.)
+  const bool new_wait = !event.on_cpu && event.voluntary_switches != t.switches;
+  t.switches = event.voluntary_switches;
+  if (t.call && (gap || new_wait || t.call->code != top.code || t.call->stack_hash != hash)) {
     close_call(event.pid, event.tid, *t.call);
     t.call.reset();
   }
   if (!t.call) {
+    t.traced.clear();
     t.call = OpenCall{.code = top.code,
                       .stack_hash = hash,
                       .instr = top.instr,
@@ -198,11 +206,32 @@ std::vector<PythonStackChange> PythonProfile::close_stacks() {
   return changes;
 }
 
+void PythonProfile::note_traced_call(uint32_t pid, uint32_t tid, uint64_t start_ns,
+                                     uint64_t duration_ns) {
+  working_threads_.insert({pid, tid});
+  if (duration_ns < 1'000'000) return;  // too short to explain a stall of 100 ms
+  auto it = threads_.find({pid, tid});
+  if (it == threads_.end() || !it->second.call) return;
+  std::vector<std::pair<uint64_t, uint64_t>>& traced = it->second.traced;
+  if (traced.size() < 4096) traced.emplace_back(start_ns, start_ns + duration_ns);
+}
+
 void PythonProfile::close_call(uint32_t pid, uint32_t tid, const OpenCall& call) {
   // Seen from first to last sample: it ran that long and up to a period more on each side.
   const uint64_t duration = call.last_ns - call.first_ns + period_ns();
   if (duration <= options_.slow_call_ns) return;
   if (tid != pid && !working_threads_.contains({pid, tid})) return;  // an idle helper thread
+  // Mostly inside traced calls (a GPU sync, a collective): the latency and collective
+  // detectors judge those.
+  if (auto thread = threads_.find({pid, tid}); thread != threads_.end()) {
+    uint64_t inside = 0;
+    for (auto [start, end] : thread->second.traced) {
+      const uint64_t from = std::max(start, call.first_ns);
+      const uint64_t to = std::min(end, call.last_ns);
+      if (to > from) inside += to - from;
+    }
+    if (2 * inside >= call.last_ns - call.first_ns && inside > 0) return;
+  }
   const Code* c = code(pid, call.code);
   if (!c) return;
   SlowCall s;

@@ -89,8 +89,10 @@ class PythonProfile {
   std::vector<PythonStackChange> on_sample(const PySampleEvent& event);
   // Ends every thread's stack (at its last sample plus a period): the session is over.
   std::vector<PythonStackChange> close_stacks();
-  // Threads that made traced calls of another layer do the job's work (with main threads).
-  void note_working_thread(uint32_t pid, uint32_t tid) { working_threads_.insert({pid, tid}); }
+  // A traced call of another layer finished on a thread: that thread does the job's work (as
+  // main threads do), and time it spent inside a traced call (a GPU sync, a collective) is
+  // that layer's to judge, not a Python stall.
+  void note_traced_call(uint32_t pid, uint32_t tid, uint64_t start_ns, uint64_t duration_ns);
 
   // The site of a call's innermost Python frame; nullptr when unknown. The pointer stays
   // valid for the profile's life.
@@ -129,7 +131,11 @@ class PythonProfile {
   };
   struct Thread {
     uint64_t last_ns = 0;
+    uint64_t switches = 0;  // voluntary context switches at the last sample
     std::optional<OpenCall> call;
+    // Traced calls of 1 ms or more since the open call began, (start, end): how much of a long
+    // innermost call was spent waiting in them.
+    std::vector<std::pair<uint64_t, uint64_t>> traced;
     std::vector<uint64_t> stack;  // code objects as last sampled, outermost first
   };
 
@@ -144,7 +150,7 @@ class PythonProfile {
       usdt_names_;  // (pid, file ptr, name ptr) -> (file, name)
   std::map<std::string, PythonFunctionStats> functions_;
   std::map<std::pair<uint32_t, uint32_t>, Thread> threads_;
-  std::set<std::pair<uint32_t, uint32_t>> working_threads_;
+  std::set<std::pair<uint32_t, uint32_t>> working_threads_;  // made traced calls
   std::unordered_map<std::string, PythonSite> sites_;  // by "function\0line"
   std::map<std::tuple<uint32_t, uint64_t, uint64_t>, const PythonSite*> site_cache_;
   std::vector<PyGcEvent> gc_events_;

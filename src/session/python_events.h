@@ -20,6 +20,7 @@ struct PySampleEvent {
   uint64_t ts_ns = 0;
   bool on_cpu = false;
   bool truncated = false;          // deeper than the frames kept
+  uint64_t voluntary_switches = 0;  // the thread's count of waits begun (task nvcsw)
   std::vector<PyFrameRef> frames;  // innermost first
 };
 

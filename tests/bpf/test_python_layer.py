@@ -92,6 +92,18 @@ CTYPES_VIA_LIBRARY_JOB = textwrap.dedent("""\
     """)
 VIA_LIBRARY_LINE = 8
 
+# A healthy paced loop: every sample finds step() waiting on one line, but each wait is new.
+PACED_LOOP_JOB = textwrap.dedent("""\
+    import time
+
+    def step():
+        time.sleep(0.004)
+
+    for i in range(300):
+        step()
+    print("done")
+    """)
+
 ATTACH_JOB = textwrap.dedent("""\
     import time
 
@@ -190,6 +202,11 @@ class PythonLayer(EacgmTest):
         self.assertLess(end - start, 400e6)
         module = [x for x in slices if x[0] == "job.py:<module>" and x[3] == depth - 1]
         self.assertTrue(any(m[1] <= start and end <= m[2] for m in module), slices)
+
+    def test_a_paced_loop_of_short_calls_is_not_a_slow_call(self):
+        s, layer = self.run_job(DEBIAN_PYTHON, self.job(PACED_LOOP_JOB))
+        self.assertEqual(self.slow_calls(s), [])
+        self.assertGreater(layer["functions"]["job.py:step"]["total_ns"], 0.8e9)
 
     def test_without_python_calls_nothing_is_counted(self):
         script = self.job(TIMED_JOB.format(calls=10))

@@ -30,8 +30,9 @@ PythonProfile make_profile() {
 }
 
 PySampleEvent sample(uint64_t t_ns, std::vector<uint64_t> innermost_first, uint32_t tid = kPid,
-                     bool on_cpu = false) {
+                     bool on_cpu = false, uint64_t switches = 0) {
   PySampleEvent e;
+  e.voluntary_switches = switches;
   e.pid = kPid;
   e.tid = tid;
   e.ts_ns = t_ns;
@@ -127,7 +128,7 @@ TEST(PythonProfile, AnIdleHelperThreadIsNotASlowCall) {
   EXPECT_TRUE(p.take_anomalies(s, t, true).empty());
   // The same thread once it made traced calls (it feeds the GPU) is watched.
   PythonProfile q = make_profile();
-  q.note_working_thread(kPid, helper);
+  q.note_traced_call(kPid, helper, 1, 10);  // a 10 ns call: only says the thread works
   t = 1'000'000'000;
   for (int i = 0; i < 100; ++i, t += kPeriod) q.on_sample(sample(t, {kStall, kMain}, helper));
   EXPECT_EQ(q.take_anomalies(s, t, true).size(), 1u);
@@ -139,6 +140,36 @@ TEST(PythonProfile, ALaunchersWaitIsNotASlowCall) {
   s.process(kPid + 5).ppid = kPid;  // it started a worker
   uint64_t t = 1'000'000'000;
   for (int i = 0; i < 100; ++i, t += kPeriod) p.on_sample(sample(t, {kStall, kMain}));
+  EXPECT_TRUE(p.take_anomalies(s, t, true).empty());
+}
+
+TEST(PythonProfile, ALoopOfShortWaitsFromOneLineIsNotOneSlowCall) {
+  // step() sleeps 4 ms per call, called in a loop: every sample shows step waiting at the same
+  // line, but the thread began a new wait between any two of them.
+  PythonProfile p = make_profile();
+  Session s = session_with(kPid);
+  uint64_t t = 1'000'000'000;
+  for (uint64_t i = 0; i < 300; ++i, t += kPeriod) {
+    p.on_sample(sample(t, {kStep, kMain}, kPid, false, /*switches=*/i * 3));
+  }
+  EXPECT_TRUE(p.take_anomalies(s, t, true).empty());
+  // The same samples with no wait begun in between are one blocked call.
+  PythonProfile q = make_profile();
+  t = 1'000'000'000;
+  for (int i = 0; i < 300; ++i, t += kPeriod)
+    q.on_sample(sample(t, {kStep, kMain}, kPid, false, 7));
+  EXPECT_EQ(q.take_anomalies(s, t, true).size(), 1u);
+}
+
+TEST(PythonProfile, AWaitInsideATracedCallIsNotAPythonStall) {
+  // torch.cuda.synchronize() waiting 500 ms for the GPU: the time is inside cudaDeviceSynchronize.
+  PythonProfile p = make_profile();
+  Session s = session_with(kPid);
+  uint64_t t = 1'000'000'000;
+  const uint64_t begin = t;
+  for (int i = 0; i < 50; ++i, t += kPeriod) p.on_sample(sample(t, {kStall, kMain}));
+  p.note_traced_call(kPid, kPid, begin - 1'000'000, t - begin);
+  p.on_sample(sample(t, {kStep, kMain}));
   EXPECT_TRUE(p.take_anomalies(s, t, true).empty());
 }
 
