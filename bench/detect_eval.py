@@ -160,7 +160,8 @@ def scenarios(classes, repeat, quick):
                 out.append(dict(fault="stall", mag=f"+{ms} ms/step", job="simtrain", stall_ms=ms))
         if "leak" in classes:
             for kib in pick([64, 256, 1024]):
-                out.append(dict(fault="leak", mag=f"{kib} KiB/step", job="simtrain", leak=kib << 10))
+                out.append(dict(fault="leak", mag=f"{kib} KiB/step", job="simtrain",
+                                leak=kib << 10))
         if "late_leak" in classes:
             for kib in pick([256, 1024, 4096]):
                 out.append(dict(fault="late_leak", mag=f"{kib} KiB/step", job="simtrain",
@@ -171,7 +172,8 @@ def scenarios(classes, repeat, quick):
                                 rank=(i + r) % 4))
         if "hang" in classes:
             for i, how in enumerate(pick(["missing rank", "inside collective"])):
-                out.append(dict(fault="hang", mag=how, job="simnccl", how=how, rank=(i + 2 * r) % 4))
+                out.append(dict(fault="hang", mag=how, job="simnccl", how=how,
+                                rank=(i + 2 * r) % 4))
         if "throttle" in classes:
             for i, (reason, secs) in enumerate(pick([("thermal", 3), ("hw_thermal", 5),
                                                      ("power", None)])):
@@ -509,7 +511,8 @@ def score(runs, source, kind, cls=None):
     delays.sort()
     return {"tp": tp, "fp": fp, "found": found, "faulty": faulty, "runs_found": runs_found,
             "runs_faulty": runs_faulty, "precision": precision,
-            "recall": recall, "f1": f1, "median_delay_s": delays[len(delays) // 2] if delays else None,
+            "recall": recall, "f1": f1,
+            "median_delay_s": delays[len(delays) // 2] if delays else None,
             "max_delay_s": delays[-1] if delays else None, "by_magnitude": by_mag}
 
 
@@ -588,8 +591,8 @@ def print_tables(runs, fa):
           + ", ".join(f"{j} {v['seconds'] / 60:.1f} min" for j, v in fa["by_job"].items()))
     for source, counts in fa["alarms"].items():
         total = sum(counts.values())
-        print(f"  {source:9s} false alarms: {total} ({fmt(total / hours if hours else None, '{:.1f}')}"
-              f" per hour) {counts}")
+        rate = fmt(total / hours if hours else None, "{:.1f}")
+        print(f"  {source:9s} false alarms: {total} ({rate} per hour) {counts}")
     return tables, overall
 
 
@@ -609,7 +612,7 @@ def run_one(paths, work, i, sc, seconds, rate_floor):
     if kill is None and summary.get("exit_code") != 0:
         # A job that failed is no evidence about its fault: stop rather than score it.
         sys.exit(f"detect_eval: {name}: the job exited with {summary.get('exit_code')}: "
-                 f"{' '.join(cmd)}\n" + "\n".join(l for _, l in err[-10:]))
+                 f"{' '.join(cmd)}\n" + "\n".join(line for _, line in err[-10:]))
     db = Db(out)
     truth = ground_truth(sc, summary, db, out_lines, nvml_log)
     live = eacgm_alarms(summary["anomalies"], db.start_ns, reported_at(summary, err))
@@ -630,21 +633,25 @@ def run_one(paths, work, i, sc, seconds, rate_floor):
            "alarms": {"live": live, "offline": offline, "baselines": base},
            "live_anomalies": summary["anomalies"]}
     def show(alarms):
-        return sorted(f"{a['kind']}({a['entity'][0]} {a['entity'][1]}"
-                      f"{', ' + a['what'] if a.get('what') and a['kind'] != 'static' and a['kind'] != '3sigma' else ''}"
+        def what(a):
+            return f", {a['what']}" if a.get("what") and a["kind"] not in BASELINES else ""
+        return sorted(f"{a['kind']}({a['entity'][0]} {a['entity'][1]}{what(a)}"
                       f"@{(a['at_ns'] - db.start_ns) / 1e9:.1f})" for a in alarms)
     onset = ", ".join(f"{k[0]} {k[1]} @{(v - db.start_ns) / 1e9:.1f}" for k, v in truth.items())
     print(f"run {i:3d} {sc['fault'] or 'healthy':10s} {sc['mag']:28s} {sc['job']:8s} "
           f"{time.time() - t0:5.1f} s  onset [{onset}]\n"
           f"        live {show(live)}\n"
-          f"        baselines: {len(base)} alarms {show(base)[:6]}{' ...' if len(base) > 6 else ''}",
+          f"        baselines: {len(base)} alarms {show(base)[:6]}"
+          f"{' ...' if len(base) > 6 else ''}",
           flush=True)
     return run
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--build", default="build", help="build directory (eacgm, simgpu/, tests/os_events)")
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default="build",
+                   help="build directory (eacgm, simgpu/, tests/os_events)")
     p.add_argument("--repeat", type=int, default=2, help="times the scenario set is run")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: one magnitude per class, one repeat")
