@@ -145,6 +145,22 @@ void CollectiveTracker::arrive(const std::string& comm_id, int rank, int nranks,
   pending.first_ns = std::min(pending.first_ns, ts_ns);
   pending.arrivals[rank] = Arrival{ts_ns, pid};
   if (static_cast<int>(pending.arrivals.size()) == pending.nranks) {
+    // (A rank that has finished it already, seen before the last rank's entry, means it moved.)
+    bool finished = false;
+    for (auto r = ranks_.lower_bound({comm_id, std::numeric_limits<int>::min()});
+         r != ranks_.end() && r->first.first == comm_id; ++r) {
+      finished |= r->second.last_completed && r->second.last_completed->first >= seq;
+    }
+    InFlight& flight = in_flight_[comm_id];
+    if (finished) {
+      if (flight.pids.empty()) in_flight_.erase(comm_id);
+    } else if (seq > flight.seq) {
+      flight = InFlight{.seq = seq, .name = pending.name, .all_in_ns = 0, .pids = {}};
+      for (const auto& [r, arrival] : pending.arrivals) {
+        flight.all_in_ns = std::max(flight.all_in_ns, arrival.ts_ns);
+        flight.pids[r] = arrival.pid;
+      }
+    }
     settle(comm_id, seq, pending);
     erase_pending(it);
   }
@@ -318,6 +334,11 @@ std::optional<CollectiveRef> CollectiveTracker::on_end(const CallRecord& call,
   const uint64_t seq =
       aligned ? *aligned : (stats.last_completed ? stats.last_completed->first + 1 : 1);
   stats.last_completed = {seq, std::string(call.name())};
+  // One rank finished it: whatever holds the others, the collective itself moved.
+  if (auto flight = in_flight_.find(comm.id);
+      flight != in_flight_.end() && flight->second.seq <= seq) {
+    in_flight_.erase(flight);
+  }
   if (!call.failed()) {
     stats.busy_ns += call.duration_ns;
     stats.bus_bytes += static_cast<uint64_t>(static_cast<double>(call.bytes()) *
@@ -424,6 +445,37 @@ std::vector<Anomaly> CollectiveTracker::check(uint64_t now_ns) {
     hang_reported_.insert(comm_id);
     found.push_back(std::move(a));
   }
+  for (const auto& [comm_id, flight] : in_flight_) {
+    if (hang_reported_.contains(comm_id) || flight.pids.empty()) continue;
+    if (now_ns < flight.all_in_ns + options_.hang_timeout_ns) continue;
+    std::vector<int> ranks;
+    for (const auto& [r, pid] : flight.pids) ranks.push_back(r);
+    const double waiting_s = (now_ns - flight.all_in_ns) / 1e9;
+    Anomaly a;
+    a.kind = "hang";
+    a.layer = Layer::kNccl;
+    a.rank = ranks.front();
+    a.pid = flight.pids.begin()->second;
+    a.t_s = flight.all_in_ns > session_start_ns_ ? (flight.all_in_ns - session_start_ns_) / 1e9 : 0;
+    a.score = -std::log10(1.0 + waiting_s);
+    a.evidence = {{"communicator", comm_id},
+                  {"seq", flight.seq},
+                  {"collective", flight.name},
+                  {"waiting_ranks", ranks},
+                  {"missing_ranks", nlohmann::json::array()},
+                  {"inside_collective", true},
+                  {"waiting_s", waiting_s}};
+    a.message = fmt::format(
+        "{} #{} on communicator {}: every rank ({}) entered it {:.1f} s ago and none has "
+        "returned",
+        flight.name, flight.seq, comm_id.substr(0, 8), fmt::join(ranks, ","), waiting_s);
+    a.suggestion =
+        "the collective itself is stuck, not a rank: check the interconnect (NCCL_DEBUG=INFO, "
+        "InfiniBand/NVLink counters, a peer's network link) and the GPUs (an XID, a hung "
+        "kernel); NCCL would only time out after its watchdog";
+    hang_reported_.insert(comm_id);
+    found.push_back(std::move(a));
+  }
   std::set<std::string> comm_ids;
   for (const auto& [key, stats] : ranks_) comm_ids.insert(key.first);
   for (const std::string& id : comm_ids) {
@@ -480,6 +532,9 @@ void CollectiveTracker::forget_process(uint32_t pid) {
   };
   std::erase_if(hang_reported_, over);
   std::erase_if(straggler_reported_, over);
+  for (auto& [id, flight] : in_flight_)
+    std::erase_if(flight.pids, [pid](const auto& e) { return e.second == pid; });
+  std::erase_if(in_flight_, [](const auto& entry) { return entry.second.pids.empty(); });
 }
 
 CollectiveTracker::Footprint CollectiveTracker::footprint() const {
@@ -488,6 +543,7 @@ CollectiveTracker::Footprint CollectiveTracker::footprint() const {
   f.ranks = ranks_.size();
   for (const auto& [key, stats] : ranks_) f.lateness_samples += stats.recent.size();
   f.pending = pending_.size();
+  f.in_flight = in_flight_.size();
   f.world_ranks = world_.size();
   return f;
 }

@@ -90,6 +90,7 @@ class CollectiveTracker {
     size_t lateness_samples = 0;  // over every rank
     size_t pending = 0;           // collectives waiting for ranks
     size_t world_ranks = 0;       // the assumed world communicator's ranks
+    size_t in_flight = 0;         // communicators with a collective all ranks are inside
   };
   Footprint footprint() const;
 
@@ -169,6 +170,15 @@ class CollectiveTracker {
   std::map<std::string, size_t> pending_per_comm_;          // entries of pending_, by comm id
   std::map<std::pair<std::string, int>, RankStats> ranks_;  // (comm id, rank)
   std::set<std::string> hang_reported_;                     // comm ids
+  // Per communicator, the newest collective every rank has entered and none has finished yet:
+  // a hang inside it (a transport stuck, a GPU that stopped) has no missing rank to name.
+  struct InFlight {
+    uint64_t seq = 0;
+    std::string name;
+    uint64_t all_in_ns = 0;        // when the last rank entered
+    std::map<int, uint32_t> pids;  // rank -> pid
+  };
+  std::map<std::string, InFlight> in_flight_;
   std::set<std::string> straggler_reported_;                // comm ids
   std::map<int, WorldRank> world_;                          // by rank; emptied once aligned
   bool world_aligned_ = false;

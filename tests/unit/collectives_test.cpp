@@ -151,6 +151,38 @@ TEST(Collectives, HangNamesTheMissingRankAfterTheTimeout) {
   EXPECT_TRUE(job.tracker().check(t + 9'000 * kMs).empty());  // reported once
 }
 
+TEST(Collectives, HangInsideACollectiveEveryRankEnteredIsNamed) {
+  // A transport that stopped: every rank enters all-reduce #6 and none returns.
+  CollectiveTracker::Options options;
+  options.hang_timeout_ns = 5'000 * kMs;
+  Job job(3, options);
+  run(job, 3, 5, [](int, int) -> uint64_t { return 0; });
+  const uint64_t t = 10'000 * kMs;
+  for (int r = 0; r < 3; ++r) job.enter(r, t + r * kMs);
+  EXPECT_TRUE(job.tracker().check(t + 4'900 * kMs).empty());
+  auto found = job.tracker().check(t + 5'100 * kMs);
+  ASSERT_EQ(found.size(), 1u);
+  const Anomaly& a = found[0];
+  EXPECT_EQ(a.kind, "hang");
+  EXPECT_EQ(a.evidence["seq"], 6);
+  EXPECT_EQ(a.evidence["inside_collective"], true);
+  EXPECT_EQ(a.evidence["waiting_ranks"], nlohmann::json({0, 1, 2}));
+  EXPECT_EQ(a.evidence["missing_ranks"], nlohmann::json::array());
+  EXPECT_NE(a.message.find("none has returned"), std::string::npos);
+  EXPECT_TRUE(job.tracker().check(t + 9'000 * kMs).empty());  // reported once
+}
+
+TEST(Collectives, ASlowCollectiveThatReturnsIsNoHang) {
+  CollectiveTracker::Options options;
+  options.hang_timeout_ns = 5'000 * kMs;
+  Job job(2, options);
+  run(job, 2, 5, [](int, int) -> uint64_t { return 0; });
+  const uint64_t t = 10'000 * kMs;
+  for (int r = 0; r < 2; ++r) job.enter(r, t);
+  job.leave(0, t, t + 4'000 * kMs);  // one rank came back before the timeout
+  EXPECT_TRUE(job.tracker().check(t + 6'000 * kMs).empty());
+}
+
 // A job attached mid-run: no ncclCommInitRank is seen; ranks come from the
 // environment, and each rank's probes arrive at a different point of its
 // progress (`first_step[r]`: the first all-reduce whose entry rank r is seen
@@ -482,6 +514,7 @@ TEST(Collectives, ForgettingExitedProcessesReleasesTheirCommunicators) {
   EXPECT_EQ(f.communicators, 0u);
   EXPECT_EQ(f.ranks, 0u);
   EXPECT_EQ(f.lateness_samples, 0u);
+  EXPECT_EQ(f.in_flight, 0u);
   EXPECT_TRUE(job.tracker().rank_figures().empty());
   EXPECT_TRUE(job.tracker().check(100'000 * kMs).empty());  // no hang for the dead
 }
