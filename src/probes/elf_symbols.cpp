@@ -93,23 +93,6 @@ std::optional<uint64_t> address_to_offset(const std::vector<LoadSegment>& segmen
   return std::nullopt;
 }
 
-// The contents of a section, as libelf hands them over (converted to memory byte order, which
-// for the little-endian files we accept is the file's).
-std::string_view section_bytes(Elf_Scn* scn) {
-  if (scn == nullptr) return {};
-  Elf_Data* data = elf_getdata(scn, nullptr);
-  if (data == nullptr || data->d_buf == nullptr) return {};
-  return {static_cast<const char*>(data->d_buf), data->d_size};
-}
-
-// The NUL-terminated string at `offset` of a string table; empty if out of bounds or unterminated.
-std::string_view string_at(std::string_view table, uint64_t offset) {
-  if (offset >= table.size()) return {};
-  std::string_view rest = table.substr(offset);
-  size_t end = rest.find('\0');
-  return end == std::string_view::npos ? std::string_view{} : rest.substr(0, end);
-}
-
 // One element of a table of fixed-size records. Copied out, because libelf may hand over data
 // at an address not aligned for the record type.
 template <typename T>
@@ -174,6 +157,23 @@ void collect_functions(Elf* elf, const SymbolTable& table, const std::vector<Loa
 }
 
 }  // namespace
+
+// The contents of a section, as libelf hands them over (converted to memory byte order, which
+// for the little-endian files we accept is the file's).
+std::string_view section_bytes(Elf_Scn* scn) {
+  if (scn == nullptr) return {};
+  Elf_Data* data = elf_getdata(scn, nullptr);
+  if (data == nullptr || data->d_buf == nullptr) return {};
+  return {static_cast<const char*>(data->d_buf), data->d_size};
+}
+
+// The NUL-terminated string at `offset` of a string table; empty if out of bounds or unterminated.
+std::string_view string_at(std::string_view table, uint64_t offset) {
+  if (offset >= table.size()) return {};
+  std::string_view rest = table.substr(offset);
+  size_t end = rest.find('\0');
+  return end == std::string_view::npos ? std::string_view{} : rest.substr(0, end);
+}
 
 Result<std::vector<ElfSymbol>> read_function_symbols(const std::string& path) {
   auto opened = open_elf(path);

@@ -16,6 +16,8 @@
 
 #include "common/result.h"
 
+struct Elf_Scn;  // libelf
+
 namespace eacgm {
 
 struct ElfSymbol {
@@ -42,6 +44,13 @@ Result<std::vector<ElfSymbol>> read_function_symbols(const std::string& path);
 
 // DT_SONAME of a shared library ("libc.so.6"); nullopt when the file has none or is unreadable.
 std::optional<std::string> read_soname(const std::string& path);
+
+// The contents of a section, as libelf hands them over (converted to memory byte order, which
+// for the little-endian files we accept is the file's); empty for a null section.
+std::string_view section_bytes(Elf_Scn* scn);
+
+// The NUL-terminated string at `offset` of a string table; empty if out of bounds or unterminated.
+std::string_view string_at(std::string_view table, uint64_t offset);
 
 // The bytes of the section called `name` (".rodata"). Error when the file is unreadable or has
 // no such section (or it occupies no bytes in the file, like .bss).

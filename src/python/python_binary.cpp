@@ -13,6 +13,8 @@
 #include <memory>
 #include <string_view>
 
+#include "probes/elf_symbols.h"
+
 namespace eacgm {
 namespace {
 
@@ -74,20 +76,6 @@ class ElfFile {
   Elf* elf_ = nullptr;
   FileId id_{};
 };
-
-std::string_view section_bytes(Elf_Scn* scn) {
-  Elf_Data* data = scn == nullptr ? nullptr : elf_getdata(scn, nullptr);
-  if (data == nullptr || data->d_buf == nullptr) return {};
-  return {static_cast<const char*>(data->d_buf), data->d_size};
-}
-
-// The NUL-terminated string at `offset` of `table`; empty when out of bounds or unterminated.
-std::string_view string_at(std::string_view table, uint64_t offset) {
-  if (offset >= table.size()) return {};
-  std::string_view rest = table.substr(offset);
-  size_t end = rest.find('\0');
-  return end == std::string_view::npos ? std::string_view{} : rest.substr(0, end);
-}
 
 // The symbols that say whether a file is CPython and which one. _PyRuntime exists from 3.7 on.
 // Py_Version (3.11+) is PY_VERSION_HEX; before it, the newest C API function a release added
