@@ -58,22 +58,36 @@ constexpr size_t kAlignSlack = 2;
 
 }  // namespace
 
-void CollectiveTracker::Recent::add(int64_t lateness, bool last_in, size_t capacity) {
+void CollectiveTracker::Recent::add(int64_t lateness, uint64_t ts_ns, bool last_in,
+                                    size_t capacity) {
   capacity = std::max<size_t>(capacity, 1);
   if (lateness_ns.size() < capacity) {
     lateness_ns.push_back(lateness);
+    arrival_ns.push_back(ts_ns);
     was_last.push_back(last_in);
     if (lateness_ns.size() == capacity) {  // full: no room to spare from the vectors' doubling
       lateness_ns.shrink_to_fit();
+      arrival_ns.shrink_to_fit();
       was_last.shrink_to_fit();
     }
   } else {
     if (was_last[next]) --last;
     lateness_ns[next] = lateness;
+    arrival_ns[next] = ts_ns;
     was_last[next] = last_in;
     next = (next + 1) % lateness_ns.size();
   }
   if (last_in) ++last;
+}
+
+std::vector<int64_t> CollectiveTracker::Recent::latest_lateness(size_t n, bool absolute) const {
+  std::vector<int64_t> out;
+  out.reserve(n);
+  for (size_t k = 0; k < n; ++k) {
+    const int64_t l = lateness_ns[back(k)];
+    out.push_back(absolute ? std::abs(l) : l);
+  }
+  return out;
 }
 
 CollectiveTracker::Comm* CollectiveTracker::comm_of(const CallRecord& call,
@@ -145,6 +159,7 @@ void CollectiveTracker::arrive(const std::string& comm_id, int rank, int nranks,
   pending.first_ns = std::min(pending.first_ns, ts_ns);
   pending.arrivals[rank] = Arrival{ts_ns, pid};
   if (static_cast<int>(pending.arrivals.size()) == pending.nranks) {
+    resolve_hang(comm_id, seq, ts_ns);
     // (A rank that has finished it already, seen before the last rank's entry, means it moved.)
     bool finished = false;
     for (auto r = ranks_.lower_bound({comm_id, std::numeric_limits<int>::min()});
@@ -246,6 +261,14 @@ void CollectiveTracker::align_world() {
   }
 }
 
+void CollectiveTracker::resolve_hang(const std::string& comm_id, uint64_t seq, uint64_t now_ns) {
+  auto open = hang_reported_.find(comm_id);
+  if (open == hang_reported_.end() || open->second.seq > seq) return;
+  const uint64_t since = open->second.since_ns;
+  resolutions_.push_back({comm_id, open->second.seq, now_ns > since ? (now_ns - since) / 1e9 : 0});
+  hang_reported_.erase(open);
+}
+
 void CollectiveTracker::settle(const std::string& comm_id, uint64_t seq, Pending& pending) {
   (void)seq;
   std::vector<int64_t> times;
@@ -263,19 +286,9 @@ void CollectiveTracker::settle(const std::string& comm_id, uint64_t seq, Pending
     RankStats& stats = ranks_[{comm_id, rank}];
     ++stats.collectives;
     const int64_t lateness = static_cast<int64_t>(a.ts_ns) - median;
-    stats.recent.add(lateness, rank == last_rank, options_.straggler_window);
+    stats.recent.add(lateness, a.ts_ns, rank == last_rank, options_.straggler_window);
     stats.lateness_sum_ns += static_cast<double>(lateness);
-    if (rank == last_rank) {
-      ++stats.last;
-      // One that fell out of the window says nothing of when the rank became
-      // what the window shows: the next one takes its place.
-      const bool stale = stats.collectives - stats.first_last_at > options_.straggler_window;
-      if ((stats.first_last_ns == 0 || stale) &&
-          lateness >= static_cast<int64_t>(options_.straggler_min_lateness_ns)) {
-        stats.first_last_ns = a.ts_ns;
-        stats.first_last_at = stats.collectives;
-      }
-    }
+    if (rank == last_rank) ++stats.last;
   }
 }
 
@@ -339,6 +352,7 @@ std::optional<CollectiveRef> CollectiveTracker::on_end(const CallRecord& call,
       flight != in_flight_.end() && flight->second.seq <= seq) {
     in_flight_.erase(flight);
   }
+  resolve_hang(comm.id, seq, call.start_ns + call.duration_ns);
   if (!call.failed()) {
     stats.busy_ns += call.duration_ns;
     stats.bus_bytes += static_cast<uint64_t>(static_cast<double>(call.bytes()) *
@@ -354,52 +368,84 @@ std::optional<Anomaly> CollectiveTracker::straggler_in(const std::string& comm_i
   }
   if (nranks < 2) return std::nullopt;
   for (const auto& [key, stats] : ranks_) {
-    // Judged on the rank's recent collectives (all of them, in a session
-    // shorter than the window).
-    const Recent& recent = stats.recent;
-    const uint64_t collectives = recent.size();
-    if (key.first != comm_id || collectives < options_.straggler_min_collectives) continue;
-    const double share = static_cast<double>(recent.last) / static_cast<double>(collectives);
-    if (share < options_.straggler_min_share) continue;
-    const double log10_p = log10_binomial_tail(collectives, recent.last, 1.0 / nranks);
-    if (log10_p > std::log10(options_.straggler_max_p)) continue;
-    const int64_t lateness = median_of(recent.lateness_ns);
-    std::vector<int64_t> others;
-    for (const auto& [k2, s2] : ranks_) {
-      if (k2.first != comm_id || k2.second == key.second) continue;
-      for (int64_t l : s2.recent.lateness_ns) others.push_back(std::abs(l));
+    const size_t kept = stats.recent.size();
+    if (key.first != comm_id || kept < options_.straggler_min_collectives) continue;
+    // The recent windows, shortest first, then everything kept (the whole
+    // session, when it is shorter than straggler_window).
+    const size_t shortest = std::max<size_t>(options_.straggler_min_window, 1);
+    for (size_t n = shortest;; n *= 4) {
+      const size_t judged = std::min(n, kept);
+      if (auto a = straggler_over(comm_id, key.second, stats, judged, nranks)) return a;
+      if (judged == kept) break;
     }
-    const int64_t typical = median_of(others);
-    if (lateness < static_cast<int64_t>(options_.straggler_min_lateness_ns) ||
-        static_cast<double>(lateness) <
-            options_.straggler_min_ratio * static_cast<double>(typical)) {
-      continue;
-    }
-    Anomaly a;
-    a.kind = "straggler";
-    a.layer = Layer::kNccl;
-    a.pid = stats.pid;
-    a.rank = key.second;
-    const uint64_t started = stats.first_last_ns ? stats.first_last_ns : session_start_ns_;
-    a.t_s = started > session_start_ns_ ? (started - session_start_ns_) / 1e9 : 0.0;
-    a.score = log10_p;
-    a.evidence = {{"communicator", comm_id},
-                  {"collectives", collectives},
-                  {"arrived_last", recent.last},
-                  {"median_lateness_ns", lateness},
-                  {"other_ranks_median_lateness_ns", typical},
-                  {"log10_p_random_order", log10_p}};
-    a.message = fmt::format(
-        "rank {} (pid {}) arrives last at {} of {} collectives, {:.1f} ms after the median rank",
-        key.second, stats.pid, recent.last, collectives, lateness / 1e6);
-    a.suggestion =
-        "the other ranks wait for this one: look at what it does between collectives (data "
-        "loading, a slower GPU or host, CPU contention), or at its link if its collectives are "
-        "slow "
-        "too (NCCL_DEBUG=INFO, NCCL_ALGO)";
-    return a;
   }
   return std::nullopt;
+}
+
+std::optional<Anomaly> CollectiveTracker::straggler_over(const std::string& comm_id, int rank,
+                                                         const RankStats& stats, size_t n,
+                                                         int nranks) {
+  const Recent& recent = stats.recent;
+  uint64_t last = 0;
+  if (n == recent.size()) {
+    last = recent.last;
+  } else {
+    for (size_t k = 0; k < n; ++k) last += recent.was_last[recent.back(k)] ? 1 : 0;
+  }
+  const double share = static_cast<double>(last) / static_cast<double>(n);
+  if (share < options_.straggler_min_share) return std::nullopt;
+  const double log10_p = log10_binomial_tail(n, last, 1.0 / nranks);
+  if (log10_p > std::log10(options_.straggler_max_p)) return std::nullopt;
+  const int64_t lateness = median_of(recent.latest_lateness(n, false));
+  // The other ranks over the same collectives (each rank's last n: every
+  // rank takes part in every collective of the communicator).
+  std::vector<int64_t> others;
+  for (auto r = ranks_.lower_bound({comm_id, std::numeric_limits<int>::min()});
+       r != ranks_.end() && r->first.first == comm_id; ++r) {
+    if (r->first.second == rank) continue;
+    const Recent& other = r->second.recent;
+    std::vector<int64_t> l = other.latest_lateness(std::min(n, other.size()), true);
+    others.insert(others.end(), l.begin(), l.end());
+  }
+  const int64_t typical = median_of(others);
+  if (lateness < static_cast<int64_t>(options_.straggler_min_lateness_ns) ||
+      static_cast<double>(lateness) < options_.straggler_min_ratio * static_cast<double>(typical)) {
+    return std::nullopt;
+  }
+  // Since when: the oldest collective of the window this rank was last in by
+  // a clear margin.
+  uint64_t started = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = recent.back(k);
+    if (recent.was_last[i] &&
+        recent.lateness_ns[i] >= static_cast<int64_t>(options_.straggler_min_lateness_ns)) {
+      started = recent.arrival_ns[i];
+    }
+  }
+  if (started == 0) started = session_start_ns_;
+  Anomaly a;
+  a.kind = "straggler";
+  a.layer = Layer::kNccl;
+  a.pid = stats.pid;
+  a.rank = rank;
+  a.t_s = started > session_start_ns_ ? (started - session_start_ns_) / 1e9 : 0.0;
+  a.score = log10_p;
+  a.evidence = {{"communicator", comm_id},
+                {"collectives", n},
+                {"collectives_seen", stats.collectives},
+                {"arrived_last", last},
+                {"median_lateness_ns", lateness},
+                {"other_ranks_median_lateness_ns", typical},
+                {"log10_p_random_order", log10_p}};
+  a.message = fmt::format(
+      "rank {} (pid {}) arrives last at {} of its last {} collectives, {:.1f} ms after the median "
+      "rank",
+      rank, stats.pid, last, n, lateness / 1e6);
+  a.suggestion =
+      "the other ranks wait for this one: look at what it does between collectives (data "
+      "loading, a slower GPU or host, CPU contention), or at its link if its collectives are "
+      "slow too (NCCL_DEBUG=INFO, NCCL_ALGO)";
+  return a;
 }
 
 std::vector<Anomaly> CollectiveTracker::check(uint64_t now_ns) {
@@ -442,7 +488,7 @@ std::vector<Anomaly> CollectiveTracker::check(uint64_t now_ns) {
         "the missing ranks never entered this collective: inspect them (py-spy dump, gdb) for a "
         "stuck data loader, a deadlock, or a different code path; NCCL would only time out after "
         "its watchdog (often 30 minutes)";
-    hang_reported_.insert(comm_id);
+    hang_reported_[comm_id] = {seq, pending.first_ns};
     found.push_back(std::move(a));
   }
   for (const auto& [comm_id, flight] : in_flight_) {
@@ -473,7 +519,7 @@ std::vector<Anomaly> CollectiveTracker::check(uint64_t now_ns) {
         "the collective itself is stuck, not a rank: check the interconnect (NCCL_DEBUG=INFO, "
         "InfiniBand/NVLink counters, a peer's network link) and the GPUs (an XID, a hung "
         "kernel); NCCL would only time out after its watchdog";
-    hang_reported_.insert(comm_id);
+    hang_reported_[comm_id] = {flight.seq, flight.all_in_ns};
     found.push_back(std::move(a));
   }
   std::set<std::string> comm_ids;
@@ -530,7 +576,7 @@ void CollectiveTracker::forget_process(uint32_t pid) {
     const bool ranks_left = rank != ranks_.end() && rank->first.first == id;
     return !ranks_left && !pending_per_comm_.contains(id);
   };
-  std::erase_if(hang_reported_, over);
+  std::erase_if(hang_reported_, [&over](const auto& entry) { return over(entry.first); });
   std::erase_if(straggler_reported_, over);
   for (auto& [id, flight] : in_flight_)
     std::erase_if(flight.pids, [pid](const auto& e) { return e.second == pid; });

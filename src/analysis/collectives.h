@@ -28,6 +28,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "session/session.h"
@@ -53,6 +54,11 @@ class CollectiveTracker {
     // in memory that does not grow with the job's age. Sessions shorter than
     // this are judged on every collective, as if there were no window.
     size_t straggler_window = 65536;
+    // Within it, the most recent this many collectives, four times as many,
+    // and so on, are judged too: a rank that turned slow a second ago
+    // dominates the last few hundred collectives long before it dominates an
+    // hour of them.
+    size_t straggler_min_window = 256;
     // Collectives that some ranks entered and others not yet, per
     // communicator. More happens only when a rank is not traced (outside
     // serve's cgroup) or gone: the oldest is given up on, after its hang
@@ -71,6 +77,16 @@ class CollectiveTracker {
   // New anomalies as of `now_ns` (hangs past the timeout, stragglers once
   // the evidence is clear). Each is reported once.
   std::vector<Anomaly> check(uint64_t now_ns);
+  // A hang reported earlier whose collective moved after all: the missing
+  // rank arrived, or the collective returned. Then it was a stall of that
+  // length (a checkpoint, a slow rank), and a later hang on the
+  // communicator is reported anew.
+  struct HangResolution {
+    std::string communicator;
+    uint64_t seq = 0;
+    double waited_s = 0;
+  };
+  std::vector<HangResolution> take_resolutions() { return std::exchange(resolutions_, {}); }
   // Per-rank figures for summary.json: layers.nccl.ranks.
   nlohmann::json rank_figures() const;
 
@@ -133,11 +149,16 @@ class CollectiveTracker {
   // A rank's most recent collectives, oldest overwritten first.
   struct Recent {
     std::vector<int64_t> lateness_ns;  // arrival minus the median arrival
+    std::vector<uint64_t> arrival_ns;  // when this rank arrived
     std::vector<bool> was_last;        // whether this rank arrived last
     size_t next = 0;                   // the oldest, once full
     uint64_t last = 0;                 // how many of them it was last in
-    void add(int64_t lateness, bool last_in, size_t capacity);
+    void add(int64_t lateness, uint64_t ts_ns, bool last_in, size_t capacity);
     size_t size() const { return lateness_ns.size(); }
+    // Where the k-th most recent collective is kept (k = 0: the newest).
+    size_t back(size_t k) const { return (next + size() - 1 - k) % size(); }
+    // The most recent n lateness values (n <= size()).
+    std::vector<int64_t> latest_lateness(size_t n, bool absolute) const;
   };
   struct RankStats {
     uint32_t pid = 0;
@@ -146,8 +167,6 @@ class CollectiveTracker {
     uint64_t last = 0;           // times this rank arrived last
     Recent recent;               // the straggler test's evidence
     double lateness_sum_ns = 0;  // over every collective, for the mean
-    uint64_t first_last_ns = 0;  // first time it was last by a clear margin (in the window)
-    uint64_t first_last_at = 0;  // ...its collective: the count of collectives then
     uint64_t bus_bytes = 0;      // bytes weighted by the algorithm's bus factor
     uint64_t busy_ns = 0;        // time inside collectives
     std::optional<std::pair<uint64_t, std::string>> last_completed;  // seq, name
@@ -162,6 +181,9 @@ class CollectiveTracker {
   void settle(const std::string& comm_id, uint64_t seq, Pending& pending);
   PendingMap::iterator erase_pending(PendingMap::iterator it);  // keeps the count per comm
   std::optional<Anomaly> straggler_in(const std::string& comm_id);
+  // The straggler test on the most recent `n` collectives of one rank.
+  std::optional<Anomaly> straggler_over(const std::string& comm_id, int rank,
+                                        const RankStats& stats, size_t n, int nranks);
 
   Options options_;
   uint64_t session_start_ns_ = 0;
@@ -169,7 +191,14 @@ class CollectiveTracker {
   PendingMap pending_;
   std::map<std::string, size_t> pending_per_comm_;          // entries of pending_, by comm id
   std::map<std::pair<std::string, int>, RankStats> ranks_;  // (comm id, rank)
-  std::set<std::string> hang_reported_;                     // comm ids
+  // The hang reported on a communicator and not resolved yet.
+  struct OpenHang {
+    uint64_t seq = 0;
+    uint64_t since_ns = 0;
+  };
+  std::map<std::string, OpenHang> hang_reported_;  // by comm id
+  std::vector<HangResolution> resolutions_;
+  void resolve_hang(const std::string& comm_id, uint64_t seq, uint64_t now_ns);
   // Per communicator, the newest collective every rank has entered and none has finished yet:
   // a hang inside it (a transport stuck, a GPU that stopped) has no missing rank to name.
   struct InFlight {
@@ -179,8 +208,8 @@ class CollectiveTracker {
     std::map<int, uint32_t> pids;  // rank -> pid
   };
   std::map<std::string, InFlight> in_flight_;
-  std::set<std::string> straggler_reported_;                // comm ids
-  std::map<int, WorldRank> world_;                          // by rank; emptied once aligned
+  std::set<std::string> straggler_reported_;  // comm ids
+  std::map<int, WorldRank> world_;            // by rank; emptied once aligned
   bool world_aligned_ = false;
 };
 
