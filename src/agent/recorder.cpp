@@ -484,6 +484,24 @@ void Recorder::tick(uint64_t now_ns, bool final) {
   if (!layers_.contains(Layer::kNccl)) return;
   collectives_.set_session_start(session_.start_ns);
   for (Anomaly& a : collectives_.check(now_ns)) report(std::move(a));
+  for (const CollectiveTracker::HangResolution& r : collectives_.take_resolutions()) {
+    resolve_hang(r);
+  }
+}
+
+void Recorder::resolve_hang(const CollectiveTracker::HangResolution& resolution) {
+  for (Anomaly& a : session_.anomalies) {
+    if (a.kind != "hang" || a.evidence.value("communicator", "") != resolution.communicator ||
+        a.evidence.value("seq", uint64_t{0}) != resolution.seq ||
+        a.evidence.contains("resolved_after_s")) {
+      continue;
+    }
+    a.evidence["resolved_after_s"] = resolution.waited_s;
+    a.message +=
+        fmt::format("; it moved on after {:.1f} s: a stall, not a hang", resolution.waited_s);
+    fmt::print(stderr, "eacgm: anomaly [hang] resolved: {}\n", a.message);
+    return;
+  }
 }
 
 std::vector<std::string> Recorder::finish_sinks() {

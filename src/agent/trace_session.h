@@ -25,7 +25,7 @@ struct TraceOptions {
   bool stop_on_dlopen = true;
   bool verbose = false;
   bool quiet = false;           // no report on stdout
-  double hang_timeout_s = 5.0;  // a collective some ranks never entered for this long is a hang
+  double hang_timeout_s = 3.0;  // a collective some ranks never entered for this long is a hang
   std::string ioctl_devices = "/dev/nvidia*";  // os layer: device files whose ioctls are timed
   // gpu layer: the NVML to dlopen (empty: libnvidia-ml.so.1 on the library search path), and
   // how many times a second each device is read.

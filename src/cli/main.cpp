@@ -58,8 +58,9 @@ void add_trace_options(CLI::App* cmd, eacgm::TraceOptions& opts, std::string& la
       ->default_val(10.0)
       ->check(CLI::Range(0.1, 1000.0));
   cmd->add_option("--hang-timeout", opts.hang_timeout_s,
-                  "seconds a collective may wait for missing ranks before it is a hang")
-      ->default_val(5.0)
+                  "seconds a collective may wait for missing ranks, or every rank inside it, "
+                  "before it is a hang (reported as resolved if it moves later)")
+      ->default_val(3.0)
       ->check(CLI::PositiveNumber);
   cmd->add_option("--torch-ops", opts.torch_ops,
                   "torch layer: operators to trace: default (the costly ones), all, or a regular "

@@ -24,7 +24,7 @@ struct ServeOptions {
   std::set<Layer> layers;
   std::string cgroup;  // empty: every process on the machine
   std::string btf_path;
-  double hang_timeout_s = 5.0;
+  double hang_timeout_s = 3.0;
   double scan_interval_s = 0.5;  // how often /proc is searched for new processes
   std::string nvml_lib;
   double gpu_rate_hz = 1.0;
