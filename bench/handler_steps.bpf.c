@@ -4,8 +4,9 @@
  * drops the code past it:
  *   0  nothing (bare_probe.bpf.c)
  *   1  + pid/tgid and the `targets` hash lookup, at entry and at return
- *   2  + the per-thread call stack: hash lookup (insert on a thread's first call), push and pop,
- *        six argument registers, attach cookie, bpf_ktime_get_ns at entry and at return
+ *   2  + the per-thread call stack: task storage lookup (created on a thread's first call),
+ *        push and pop, six argument registers, attach cookie, bpf_ktime_get_ns at entry and at
+ *        return
  *   3  + the two stack-argument words, read with bpf_probe_read_user at entry
  *   4  + the event: ring buffer reserve, fill, submit with `submit_flags`, or, if `wakeup_bytes`
  *        is set, with BPF_RB_NO_WAKEUP except for the event that makes the unread data reach
@@ -29,7 +30,7 @@ int BPF_KPROBE(step_entry) {
   __u64 id = bpf_get_current_pid_tgid();
   if (!eacgm_is_target(id >> 32)) return 0;
   if (step < 2) return 0;
-  struct eacgm_call_stack* st = eacgm_thread_stack((__u32)id);
+  struct eacgm_call_stack* st = eacgm_thread_stack(id);
   if (!st) return 0;
   __u32 d = st->depth;
   st->depth = d + 1;
@@ -61,8 +62,8 @@ int BPF_KRETPROBE(step_return) {
   __u64 id = bpf_get_current_pid_tgid();
   if (!eacgm_is_target(id >> 32)) return 0;
   if (step < 2) return 0;
-  __u32 tid = (__u32)id;
-  struct eacgm_call_stack* st = bpf_map_lookup_elem(&call_stacks, &tid);
+  struct eacgm_call_stack* st =
+      bpf_task_storage_get(&call_stacks, bpf_get_current_task_btf(), 0, 0);
   if (!st || st->depth == 0) return 0;
   __u32 d = st->depth - 1;
   st->depth = d;
@@ -79,7 +80,7 @@ int BPF_KRETPROBE(step_return) {
   }
   e->hdr.kind = EACGM_EV_CALL;
   e->hdr.tgid = id >> 32;
-  e->hdr.tid = tid;
+  e->hdr.tid = (__u32)id;
   e->hdr.layer = EACGM_LAYER_CUDA;
   e->hdr.ts_ns = f->start_ns;
   e->duration_ns = now - f->start_ns;

@@ -52,7 +52,9 @@ struct eacgm_frame {
 
 /* Entry and return are paired here, per thread: one finished call is one
  * event. Calls nest (a torch operator calling cudaLaunchKernel), so this is a
- * stack. Entries are removed when the thread exits (core.bpf.c). */
+ * stack. It lives in the thread's task storage: found from the task itself in
+ * a few loads, where a hash map keyed by tid costs a hash and a bucket walk at
+ * every probe, and freed by the kernel with the thread. */
 struct eacgm_call_stack {
   __u32 depth; /* open calls, may exceed EACGM_MAX_DEPTH (those are not timed) */
   __u32 pad;
@@ -60,20 +62,11 @@ struct eacgm_call_stack {
 };
 
 struct {
-  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(type, BPF_MAP_TYPE_TASK_STORAGE);
   __uint(map_flags, BPF_F_NO_PREALLOC);
-  __uint(max_entries, 65536);
-  __type(key, __u32);
+  __type(key, int);
   __type(value, struct eacgm_call_stack);
 } call_stacks SEC(".maps");
-
-/* A zeroed stack to insert from: too large for the 512-byte BPF stack. */
-struct {
-  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-  __uint(max_entries, 1);
-  __type(key, __u32);
-  __type(value, struct eacgm_call_stack);
-} empty_stack SEC(".maps");
 
 static __always_inline int eacgm_is_target(__u32 tgid) {
   return bpf_map_lookup_elem(&targets, &tgid) != 0;
@@ -88,19 +81,15 @@ static __always_inline void eacgm_count_drop(void) {
 #include "bpf/python_walk.bpf.h"
 
 /* The calling thread's call stack. Stacks exist only for threads of targets
- * (created on their first traced call, removed when the thread exits), so a
- * thread that has one needs no `targets` lookup: one hash lookup per probe in
- * the steady state instead of two. */
+ * (created on their first traced call, freed with the thread), so a thread
+ * that has one needs no `targets` lookup: one task storage lookup per probe
+ * in the steady state. */
 static __always_inline struct eacgm_call_stack* eacgm_thread_stack(__u64 id) {
-  __u32 tid = (__u32)id;
-  struct eacgm_call_stack* st = bpf_map_lookup_elem(&call_stacks, &tid);
+  struct task_struct* task = bpf_get_current_task_btf();
+  struct eacgm_call_stack* st = bpf_task_storage_get(&call_stacks, task, 0, 0);
   if (st) return st;
   if (!eacgm_is_target(id >> 32)) return 0;
-  __u32 zero = 0;
-  struct eacgm_call_stack* empty = bpf_map_lookup_elem(&empty_stack, &zero);
-  if (!empty) return 0;
-  bpf_map_update_elem(&call_stacks, &tid, empty, BPF_NOEXIST);
-  return bpf_map_lookup_elem(&call_stacks, &tid);
+  return bpf_task_storage_get(&call_stacks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 }
 
 /* Submits a call event, waking the reader only when the unread data crosses
@@ -179,7 +168,8 @@ static __always_inline int eacgm_call_return(struct pt_regs* ctx, __u32 layer,
   __u64 now = bpf_ktime_get_ns();
   __u64 id = bpf_get_current_pid_tgid();
   __u32 tid = (__u32)id;
-  struct eacgm_call_stack* st = bpf_map_lookup_elem(&call_stacks, &tid);
+  struct eacgm_call_stack* st =
+      bpf_task_storage_get(&call_stacks, bpf_get_current_task_btf(), 0, 0);
   if (!st || st->depth == 0) return 0; /* entered before we attached */
   __u32 d = st->depth - 1;
   st->depth = d;

@@ -52,7 +52,6 @@ SEC("tp_btf/sched_process_exit")
 int BPF_PROG(on_exit, struct task_struct* p) {
   __u32 tgid = BPF_CORE_READ(p, tgid);
   __u32 tid = BPF_CORE_READ(p, pid);
-  bpf_map_delete_elem(&call_stacks, &tid);
   if (!eacgm_is_target(tgid)) return 0;
   /* The last thread out reports the process's exit; the group's exit code
    * is in every thread's exit_code by then. */
