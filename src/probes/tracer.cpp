@@ -72,7 +72,6 @@ int reuse_shared_maps(Skel* layer, eacgm_core* core) {
       {layer->maps.events, core->maps.events},
       {layer->maps.drops, core->maps.drops},
       {layer->maps.call_stacks, core->maps.call_stacks},
-      {layer->maps.empty_stack, core->maps.empty_stack},
       {layer->maps.py_procs, core->maps.py_procs},
       {layer->maps.py_layouts, core->maps.py_layouts},
       {layer->maps.py_tstates, core->maps.py_tstates},
@@ -347,22 +346,18 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
     }
   }
 
-  tracer->ring_ = ring_buffer__new(
+  auto ring = RingReader::open(
       bpf_map__fd(p.core->maps.events),
-      [](void* ctx, void* data, size_t size) -> int {
-        auto* self = static_cast<Tracer*>(ctx);
-        self->handler_(std::span<const std::byte>(static_cast<const std::byte*>(data), size));
-        return 0;
-      },
-      tracer.get(), nullptr);
-  if (!tracer->ring_) return Error{libbpf_error("cannot open the ring buffer", errno)};
+      [self = tracer.get()](std::span<const std::byte> record) { self->handler_(record); });
+  if (!ring) return Error{"cannot open the ring buffer: " + ring.error().message};
+  tracer->ring_ = std::move(*ring);
   return tracer;
 }
 
 Tracer::~Tracer() {
   python_.reset();  // its thread runs programs_'s iterator
   probes_.clear();
-  ring_buffer__free(ring_);
+  ring_.reset();  // before programs_, which holds the ring buffer map
 }
 
 Result<void> Tracer::load_python(const bpf_object_open_opts& open_opts) {
@@ -577,9 +572,9 @@ Result<void> Tracer::attach_loader(const std::string& ld_so_path) {
   return Error{fmt::format("{} has no _dl_debug_state symbol", ld_so_path)};
 }
 
-int Tracer::poll(int timeout_ms) { return ring_buffer__poll(ring_, timeout_ms); }
-int Tracer::drain() { return ring_buffer__consume(ring_); }
-int Tracer::epoll_fd() const { return ring_buffer__epoll_fd(ring_); }
+int Tracer::poll(int timeout_ms) { return ring_->poll(timeout_ms); }
+int Tracer::drain() { return static_cast<int>(ring_->consume()); }
+int Tracer::epoll_fd() const { return ring_->fd(); }
 
 uint64_t Tracer::dropped() const {
   const int ncpu = libbpf_num_possible_cpus();

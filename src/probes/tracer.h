@@ -18,8 +18,8 @@
 #include "probes/library_finder.h"
 #include "probes/probe_table.h"
 #include "probes/torch_ops.h"
+#include "reader/ring_reader.h"
 
-struct ring_buffer;
 struct bpf_object_open_opts;
 
 namespace eacgm {
@@ -68,6 +68,7 @@ class Tracer {
   int poll(int timeout_ms);
   // Consumes whatever is in the ring buffer without waiting.
   int drain();
+  // Polls readable (poll(2), epoll) while there are events to drain.
   int epoll_fd() const;
   uint64_t dropped() const;  // failed reservations, all CPUs
   const std::vector<TracedLibrary>& libraries() const { return libraries_; }
@@ -113,7 +114,7 @@ class Tracer {
   Result<void> load_python(const bpf_object_open_opts& open_opts);
   struct Programs;
   std::unique_ptr<Programs> programs_;
-  ring_buffer* ring_ = nullptr;
+  std::unique_ptr<RingReader> ring_;
   EventHandler handler_;
   bool multi_ = false;
   std::vector<TracedLibrary> libraries_;
