@@ -21,6 +21,7 @@
 #include "agent/recorder.h"
 #include "gpu/gpu_layer.h"
 #include "probes/tracer.h"
+#include "sinks/async_sinks.h"
 #include "sinks/perfetto_writer.h"
 #include "sinks/sqlite_writer.h"
 #include "sinks/summary.h"
@@ -137,10 +138,13 @@ class TraceRun {
 
     auto sqlite = SqliteWriter::open(options_.out_dir + "/events.sqlite");
     if (!sqlite) return fail(sqlite.error().message);
-    recorder_.add_sink(std::move(*sqlite));
     auto perfetto = PerfettoWriter::open(options_.out_dir + "/trace.perfetto-trace");
     if (!perfetto) return fail(perfetto.error().message);
-    recorder_.add_sink(std::move(*perfetto));
+    // Written on a thread of their own: the reader keeps up with the ring buffer.
+    std::vector<std::unique_ptr<Sink>> files;
+    files.push_back(std::move(*sqlite));
+    files.push_back(std::move(*perfetto));
+    recorder_.add_sink(std::make_unique<AsyncSinks>(std::move(files)));
 
     // Before the job starts, so its whole life is sampled. Never fatal.
     if (options_.layers.contains(Layer::kGpu)) {
