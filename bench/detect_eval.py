@@ -403,9 +403,14 @@ def eacgm_alarms(anomalies, start_ns, printed=None):
         evidence = window_end if window_end is not None else at
         if a["kind"] == "slow_call":  # one call: the fault's only if it began after the onset
             evidence = start_ns + int(a["t_s"] * 1e9)
-        out.append({"kind": a["kind"], "entity": entity_of(a), "at_ns": at,
-                    "evidence_ns": evidence,
-                    "rank": a.get("rank"), "what": a.get("evidence", {}).get("api")})
+        entities = [entity_of(a)]
+        if a["kind"] == "hang" and a.get("evidence", {}).get("inside_collective"):
+            # Every rank is stuck inside the collective: the one anomaly names each of them.
+            entities = [("pid", p) for p in a["evidence"].get("waiting_pids", [])] or entities
+        for entity in entities:
+            out.append({"kind": a["kind"], "entity": entity, "at_ns": at,
+                        "evidence_ns": evidence,
+                        "rank": a.get("rank"), "what": a.get("evidence", {}).get("api")})
     return out
 
 

@@ -455,8 +455,12 @@ std::vector<Anomaly> CollectiveTracker::check(uint64_t now_ns) {
     if (hang_reported_.contains(comm_id)) continue;
     if (now_ns < pending.first_ns + options_.hang_timeout_ns) continue;
     std::vector<int> arrived, missing;
+    std::vector<uint32_t> waiting_pids;
     for (int r = 0; r < pending.nranks; ++r) {
       (pending.arrivals.contains(r) ? arrived : missing).push_back(r);
+      if (auto it = pending.arrivals.find(r); it != pending.arrivals.end()) {
+        waiting_pids.push_back(it->second.pid);
+      }
     }
     nlohmann::json last_completed = nlohmann::json::object();
     for (const auto& [rk, stats] : ranks_) {
@@ -476,11 +480,10 @@ std::vector<Anomaly> CollectiveTracker::check(uint64_t now_ns) {
     }
     a.t_s = pending.first_ns > session_start_ns_ ? (pending.first_ns - session_start_ns_) / 1e9 : 0;
     a.score = -std::log10(1.0 + (now_ns - pending.first_ns) / 1e9);
-    a.evidence = {
-        {"communicator", comm_id},         {"seq", seq},
-        {"collective", pending.name},      {"waiting_ranks", arrived},
-        {"missing_ranks", missing},        {"waiting_s", (now_ns - pending.first_ns) / 1e9},
-        {"last_completed", last_completed}};
+    a.evidence = {{"communicator", comm_id},      {"seq", seq},
+                  {"collective", pending.name},   {"waiting_ranks", arrived},
+                  {"missing_ranks", missing},     {"waiting_s", (now_ns - pending.first_ns) / 1e9},
+                  {"waiting_pids", waiting_pids}, {"last_completed", last_completed}};
     a.message = fmt::format("{} #{} on communicator {}: ranks {} have waited {:.1f} s for ranks {}",
                             pending.name, seq, comm_id.substr(0, 8), fmt::join(arrived, ","),
                             (now_ns - pending.first_ns) / 1e9, fmt::join(missing, ","));
@@ -495,7 +498,11 @@ std::vector<Anomaly> CollectiveTracker::check(uint64_t now_ns) {
     if (hang_reported_.contains(comm_id) || flight.pids.empty()) continue;
     if (now_ns < flight.all_in_ns + options_.hang_timeout_ns) continue;
     std::vector<int> ranks;
-    for (const auto& [r, pid] : flight.pids) ranks.push_back(r);
+    std::vector<uint32_t> pids;  // every rank's process is stuck in it
+    for (const auto& [r, pid] : flight.pids) {
+      ranks.push_back(r);
+      pids.push_back(pid);
+    }
     const double waiting_s = (now_ns - flight.all_in_ns) / 1e9;
     Anomaly a;
     a.kind = "hang";
@@ -504,13 +511,10 @@ std::vector<Anomaly> CollectiveTracker::check(uint64_t now_ns) {
     a.pid = flight.pids.begin()->second;
     a.t_s = flight.all_in_ns > session_start_ns_ ? (flight.all_in_ns - session_start_ns_) / 1e9 : 0;
     a.score = -std::log10(1.0 + waiting_s);
-    a.evidence = {{"communicator", comm_id},
-                  {"seq", flight.seq},
-                  {"collective", flight.name},
-                  {"waiting_ranks", ranks},
-                  {"missing_ranks", nlohmann::json::array()},
-                  {"inside_collective", true},
-                  {"waiting_s", waiting_s}};
+    a.evidence = {{"communicator", comm_id},   {"seq", flight.seq},
+                  {"collective", flight.name}, {"waiting_ranks", ranks},
+                  {"waiting_pids", pids},      {"missing_ranks", nlohmann::json::array()},
+                  {"inside_collective", true}, {"waiting_s", waiting_s}};
     a.message = fmt::format(
         "{} #{} on communicator {}: every rank ({}) entered it {:.1f} s ago and none has "
         "returned",

@@ -110,6 +110,26 @@ class SimulatedNccl(EacgmTest):
         self.assertEqual(hangs[0]["pid"], self.ranks(s)[1])
         self.assertSessionComplete(s)
 
+    def test_a_hang_that_moves_on_is_marked_resolved(self):
+        # Rank 2 enters all-reduce #10 and spends 4.5 s in it before it arrives (its host
+        # stalled inside the call): every rank is inside the collective, so after the 2 s
+        # timeout it is a hang inside it; then the job finishes, and the anomaly says it was a
+        # stall of ~4.5 s, not a hang.
+        env = dict(os.environ, SIMGPU_RULES="rank=2 delay ncclAllReduce 4500ms nth=10")
+        s = self.record([SIMNCCL_JOB, "--ranks", "4", "--steps", "20"], "--hang-timeout", "2",
+                        env=env)
+        self.assertEqual(s.returncode, 0, s.stderr)
+        hangs = [a for a in s.summary["anomalies"] if a["kind"] == "hang"]
+        self.assertEqual(len(hangs), 1, s.summary["anomalies"])
+        e = hangs[0]["evidence"]
+        self.assertEqual(e["seq"], 10)
+        self.assertTrue(e["inside_collective"])
+        self.assertGreater(e["resolved_after_s"], 4.0)
+        self.assertLess(e["resolved_after_s"], 6.0)
+        self.assertIn("a stall, not a hang", hangs[0]["message"])
+        self.assertIn("anomaly [hang] resolved", s.stderr)
+        self.assertEqual([a["kind"] for a in s.summary["anomalies"]], ["hang"])
+
     def attach_to_job(self, *job_flags, seconds=3):
         """Starts the job untraced, attaches to its launcher (ranks included)
         once the ranks are well into their collectives, and detaches."""

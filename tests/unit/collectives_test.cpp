@@ -146,6 +146,7 @@ TEST(Collectives, HangNamesTheMissingRankAfterTheTimeout) {
   EXPECT_EQ(a.pid, Job::pid(1));
   EXPECT_EQ(a.evidence["missing_ranks"], nlohmann::json({1}));
   EXPECT_EQ(a.evidence["waiting_ranks"], nlohmann::json({0, 2}));
+  EXPECT_EQ(a.evidence["waiting_pids"], nlohmann::json({Job::pid(0), Job::pid(2)}));
   EXPECT_EQ(a.evidence["seq"], 6);
   EXPECT_EQ(a.evidence["last_completed"]["1"]["seq"], 5);
   EXPECT_TRUE(job.tracker().check(t + 9'000 * kMs).empty());  // reported once
@@ -201,6 +202,7 @@ TEST(Collectives, HangInsideACollectiveEveryRankEnteredIsNamed) {
   EXPECT_EQ(a.evidence["seq"], 6);
   EXPECT_EQ(a.evidence["inside_collective"], true);
   EXPECT_EQ(a.evidence["waiting_ranks"], nlohmann::json({0, 1, 2}));
+  EXPECT_EQ(a.evidence["waiting_pids"], nlohmann::json({Job::pid(0), Job::pid(1), Job::pid(2)}));
   EXPECT_EQ(a.evidence["missing_ranks"], nlohmann::json::array());
   EXPECT_NE(a.message.find("none has returned"), std::string::npos);
   EXPECT_TRUE(job.tracker().check(t + 9'000 * kMs).empty());  // reported once
