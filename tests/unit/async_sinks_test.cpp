@@ -9,17 +9,12 @@
 #include <chrono>
 #include <thread>
 
-#include "probes/probe_table.h"
+#include "probe_row.h"
 
 namespace eacgm {
 namespace {
 
-const ProbeSpec& row(std::string_view symbol) {
-  for (const ProbeSpec& spec : probe_table(Layer::kCuda)) {
-    if (spec.symbol == symbol) return spec;
-  }
-  throw std::runtime_error("no such row");
-}
+const ProbeSpec& row(std::string_view symbol) { return probe_row(Layer::kCuda, symbol); }
 
 // Remembers what it was given and where, and can be made slow or failing.
 class RecordingSink : public Sink {

@@ -8,15 +8,12 @@
 #include <algorithm>
 #include <random>
 
+#include "probe_row.h"
+
 namespace eacgm {
 namespace {
 
-const ProbeSpec& row(std::string_view symbol) {
-  for (const ProbeSpec& s : probe_table(Layer::kNccl)) {
-    if (s.symbol == symbol) return s;
-  }
-  throw std::runtime_error("no row");
-}
+const ProbeSpec& row(std::string_view symbol) { return probe_row(Layer::kNccl, symbol); }
 
 constexpr uint64_t kMs = 1'000'000;
 

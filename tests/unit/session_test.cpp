@@ -4,17 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include "probe_row.h"
 #include "sinks/summary.h"
 
 namespace eacgm {
 namespace {
 
-const ProbeSpec& row(std::string_view symbol) {
-  for (const ProbeSpec& s : probe_table(Layer::kCuda)) {
-    if (s.symbol == symbol) return s;
-  }
-  throw std::runtime_error("no row");
-}
+const ProbeSpec& row(std::string_view symbol) { return probe_row(Layer::kCuda, symbol); }
 
 CallRecord call(std::string_view symbol, uint32_t pid, uint64_t dur, uint64_t a0, uint64_t a1,
                 uint64_t out = 0, int64_t ret = 0) {
