@@ -50,6 +50,20 @@ std::optional<int> window_feature_index(std::string_view name) {
   return std::nullopt;
 }
 
+int worse_direction(int feature) {
+  switch (feature) {
+    case kCallRate:
+    case kLaunchRate:
+    case kCopyRate:
+    case kCollectiveBandwidth:
+      return -1;
+    case kBusyShare:
+      return 0;
+    default:
+      return 1;
+  }
+}
+
 double feature_min_scale(int feature, double typical_value) {
   const double relative = 0.05 * std::abs(typical_value);
   switch (feature) {

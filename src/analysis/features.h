@@ -75,6 +75,9 @@ enum WindowFeature : int {
 // Names as they appear in models and anomalies ("call_rate", ...).
 std::span<const std::string_view> window_feature_names();
 std::optional<int> window_feature_index(std::string_view name);
+// Which way a feature moves when a job gets worse: +1 up (latencies, memory, errors), -1 down
+// (rates, bandwidth), 0 either (busy_share: slower calls raise it, a host stall lowers it).
+int worse_direction(int feature);
 // The smallest spread a feature's scale may have, so that a feature that happened to be constant
 // in training (memory between steps) does not turn the least change into a huge deviation.
 double feature_min_scale(int feature, double typical_value);

@@ -247,7 +247,16 @@ void WindowAnalyzer::score(Entity& e, const Window& w, std::vector<Anomaly>& out
     const Eigen::VectorXd x = b.scaler.transform(w.features);
     const GmmSampleScores s = b.gmm->score_detailed(x.transpose());
     const double ll = s.log_likelihood[0];
-    if (step(e.gmm, ll < b.threshold, w)) {
+    bool worse = false;
+    for (size_t i = 0; i < b.scaler.features.size() && !worse; ++i) {
+      const int f = b.scaler.features[i];
+      const double value = w.features[static_cast<size_t>(f)];
+      if (std::isnan(value)) continue;
+      const double z = b.scaler.z(static_cast<int>(i), value);
+      const int dir = worse_direction(f);
+      worse = (dir == 0 ? std::abs(z) : dir * z) >= options_.gmm_min_worse_z;
+    }
+    if (step(e.gmm, ll < b.threshold && worse, w)) {
       // Each feature's deviation from the most likely component in units of that component's
       // standard deviation along it (its Mahalanobis contribution when the covariance is diagonal;
       // the default full covariance also weighs correlations, which this view leaves out).

@@ -34,6 +34,10 @@ struct AnalyzerOptions {
   double latency_mad_k = 6.0;
   double throughput_min_drop = 0.5;
   double throughput_mad_k = 6.0;
+  // A window the GMM finds unlikely is reported only if some feature is also worse than the
+  // baseline by this many of the training data's standard deviations: a job that got faster,
+  // or one that moved within its own baseline's spread, is nothing to act on.
+  double gmm_min_worse_z = 3.0;
   bool latency = true, throughput = true, gmm = true;
   BaselineOptions baseline;
 };
