@@ -23,8 +23,9 @@ AsyncSinks::~AsyncSinks() { stop(); }
 void AsyncSinks::push(Item item) {
   if (batch_.empty()) batch_started_ = std::chrono::steady_clock::now();
   batch_.push_back(std::move(item));
-  // A slow trickle of events is handed over at least every 100 ms, so that
-  // what the files hold is never far behind the job.
+  // A slow trickle is handed over at the first multiple of 64 items after
+  // the batch is 100 ms old (the clock is read only then); fewer than 64
+  // wait for finish(), which writes them like the rest.
   if (batch_.size() >= options_.batch ||
       (batch_.size() % 64 == 0 &&
        std::chrono::steady_clock::now() - batch_started_ > std::chrono::milliseconds(100))) {
