@@ -30,7 +30,7 @@ int BPF_KPROBE(step_entry) {
   __u64 id = bpf_get_current_pid_tgid();
   if (!eacgm_is_target(id >> 32)) return 0;
   if (step < 2) return 0;
-  struct eacgm_call_stack* st = eacgm_thread_stack(id);
+  struct eacgm_call_stack* st = eacgm_thread_stack(bpf_get_current_task_btf(), id >> 32);
   if (!st) return 0;
   __u32 d = st->depth;
   st->depth = d + 1;

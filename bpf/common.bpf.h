@@ -57,7 +57,7 @@ struct eacgm_frame {
  * every probe, and freed by the kernel with the thread. */
 struct eacgm_call_stack {
   __u32 depth; /* open calls, may exceed EACGM_MAX_DEPTH (those are not timed) */
-  __u32 pad;
+  __u32 py_absent_at; /* see eacgm_py_caller */
   struct eacgm_frame frames[EACGM_MAX_DEPTH];
 };
 
@@ -80,28 +80,32 @@ static __always_inline void eacgm_count_drop(void) {
 
 #include "bpf/python_walk.bpf.h"
 
+/* bpf_get_current_pid_tgid()'s value, read from the task: two loads instead
+ * of a helper call. Every kernel call and return is dear on these machines
+ * (retpolines, AMD's Safe RET: ~30 ns each, docs/PERFORMANCE.md), and the call
+ * handlers have the task at hand anyway. */
+static __always_inline __u64 eacgm_task_id(struct task_struct* task) {
+  return (__u64)task->tgid << 32 | (__u32)task->pid;
+}
+
 /* The calling thread's call stack. Stacks exist only for threads of targets
  * (created on their first traced call, freed with the thread), so a thread
  * that has one needs no `targets` lookup: one task storage lookup per probe
  * in the steady state. */
-static __always_inline struct eacgm_call_stack* eacgm_thread_stack(__u64 id) {
-  struct task_struct* task = bpf_get_current_task_btf();
+static __always_inline struct eacgm_call_stack* eacgm_thread_stack(struct task_struct* task,
+                                                                   __u32 tgid) {
   struct eacgm_call_stack* st = bpf_task_storage_get(&call_stacks, task, 0, 0);
   if (st) return st;
-  if (!eacgm_is_target(id >> 32)) return 0;
+  if (!eacgm_is_target(tgid)) return 0;
   return bpf_task_storage_get(&call_stacks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 }
 
-/* Submits a call event, waking the reader only when the unread data crosses
- * EACGM_RING_WAKEUP_BYTES (see events.h). Racing CPUs may both miss the
- * crossing; the reader's poll timeout covers that. */
+/* Call events never wake the reader: it polls every EACGM_READER_POLL_MS
+ * (events.h), and poll() returns at once while data is waiting. Waking it per
+ * event cost more than everything else a probe does, and deciding when to
+ * wake it (bpf_ringbuf_query) cost a helper call per event. */
 static __always_inline void eacgm_submit_call(struct eacgm_call* e) {
-  __u64 unread = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA); /* includes this event */
-  __u64 space = sizeof(*e) + 8; /* the record and its ring buffer header */
-  __u64 flags = unread >= EACGM_RING_WAKEUP_BYTES && unread - space < EACGM_RING_WAKEUP_BYTES
-                    ? BPF_RB_FORCE_WAKEUP
-                    : BPF_RB_NO_WAKEUP;
-  bpf_ringbuf_submit(e, flags);
+  bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
 /* Function entry: remember the start time and the argument words. The cookie
@@ -110,8 +114,9 @@ static __always_inline void eacgm_submit_call(struct eacgm_call* e) {
  * that never returns, like a hung collective, must still be seen). */
 static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
                                             const volatile __u8* row_flags) {
-  __u64 id = bpf_get_current_pid_tgid();
-  struct eacgm_call_stack* st = eacgm_thread_stack(id);
+  struct task_struct* task = bpf_get_current_task_btf();
+  __u64 id = eacgm_task_id(task);
+  struct eacgm_call_stack* st = eacgm_thread_stack(task, id >> 32);
   if (!st) return 0;
   __u32 d = st->depth;
   st->depth = d + 1;
@@ -134,7 +139,7 @@ static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
     f->args[6] = 0;
     f->args[7] = 0;
   }
-  eacgm_py_caller(id, &f->py_code, &f->py_instr);
+  eacgm_py_caller(id, &st->py_absent_at, &f->py_code, &f->py_instr);
   f->start_ns = bpf_ktime_get_ns();
   if (!(flags & EACGM_ROW_EMIT_ENTRY)) return 0;
   struct eacgm_call* e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
@@ -166,10 +171,10 @@ static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
 static __always_inline int eacgm_call_return(struct pt_regs* ctx, __u32 layer,
                                              const volatile __u8* out_slot) {
   __u64 now = bpf_ktime_get_ns();
-  __u64 id = bpf_get_current_pid_tgid();
+  struct task_struct* task = bpf_get_current_task_btf();
+  __u64 id = eacgm_task_id(task);
   __u32 tid = (__u32)id;
-  struct eacgm_call_stack* st =
-      bpf_task_storage_get(&call_stacks, bpf_get_current_task_btf(), 0, 0);
+  struct eacgm_call_stack* st = bpf_task_storage_get(&call_stacks, task, 0, 0);
   if (!st || st->depth == 0) return 0; /* entered before we attached */
   __u32 d = st->depth - 1;
   st->depth = d;

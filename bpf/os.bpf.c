@@ -26,7 +26,7 @@
 
 /* mmap and ioctl events can come by the hundred thousand a second; waking
  * the reader for each costs more than the event (measured: a watched ioctl
- * went from +5 us to +1 us). The reader polls every 100 ms anyway, and any
+ * went from +5 us to +1 us). The reader polls every EACGM_READER_POLL_MS, and any
  * other event (an exit, a signal) wakes it and drains these first, in order. */
 #define EACGM_RB_QUIET BPF_RB_NO_WAKEUP
 

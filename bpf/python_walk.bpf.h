@@ -20,6 +20,18 @@ struct {
   __type(value, struct eacgm_py_proc);
 } py_procs SEC(".maps");
 
+/* How many times user space has registered a process in py_procs (one u32,
+ * written after the py_procs update). A thread whose process was not in
+ * py_procs keeps the count it looked at in its call stack and looks again
+ * only once the count has moved: the calls of a process that runs no Python
+ * cost one array read (which the verifier inlines) instead of a hash lookup. */
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, __u32);
+} py_procs_added SEC(".maps");
+
 /* Per-version offsets, filled by user space from src/python/python_layouts.cpp. */
 struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
@@ -311,14 +323,23 @@ static __attribute__((unused)) long eacgm_py_caller_step(__u32 i, struct eacgm_p
  * calling thread that is not library code (a torch operator is attributed to
  * the training script's line, not to torch/nn/functional.py), or the
  * innermost frame when all of the first few are. Code object and
- * instruction word, both 0 when the thread runs no Python. */
-static __always_inline void eacgm_py_caller(__u64 id, __u64* code, __u64* instr) {
+ * instruction word, both 0 when the thread runs no Python. `absent_at` is the
+ * thread's memory of py_procs_added when its process was last not found. */
+static __always_inline void eacgm_py_caller(__u64 id, __u32* absent_at, __u64* code,
+                                            __u64* instr) {
   *code = 0;
   *instr = 0;
   if (!py_attribution) return;
+  __u32 zero = 0;
+  __u32* added = bpf_map_lookup_elem(&py_procs_added, &zero);
+  if (!added || *added == *absent_at) return;
+  __u32 now_added = *added; /* read before the lookup: a registration racing it is seen next call */
   __u32 tgid = id >> 32;
   struct eacgm_py_proc* proc = bpf_map_lookup_elem(&py_procs, &tgid);
-  if (!proc) return;
+  if (!proc) {
+    *absent_at = now_added;
+    return;
+  }
   __u32 idx = proc->layout;
   struct eacgm_py_layout* l = bpf_map_lookup_elem(&py_layouts, &idx);
   if (!l || !l->version) return;

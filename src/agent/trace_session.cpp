@@ -19,6 +19,7 @@
 
 #include "agent/privileges.h"
 #include "agent/recorder.h"
+#include "bpf/events.h"
 #include "gpu/gpu_layer.h"
 #include "probes/tracer.h"
 #include "sinks/async_sinks.h"
@@ -182,7 +183,8 @@ class TraceRun {
   void loop(Done done, OnSignal on_signal) {
     while (!done()) {
       pollfd fds[2] = {{tracer_->epoll_fd(), POLLIN, 0}, {sigfd_, POLLIN, 0}};
-      const int n = ::poll(fds, 2, 100);
+      // Call events never wake this thread (bpf/common.bpf.h): the timeout is what drains them.
+      const int n = ::poll(fds, 2, EACGM_READER_POLL_MS);
       if (n < 0 && errno != EINTR) break;
       tracer_->drain();
       recorder_.tick(monotonic_ns());

@@ -15,6 +15,7 @@
 #include "agent/privileges.h"
 #include "agent/recorder.h"
 #include "agent/trace_session.h"
+#include "bpf/events.h"
 #include "gpu/gpu_layer.h"
 #include "probes/tracer.h"
 #include "serve/discovery.h"
@@ -261,7 +262,8 @@ int run_serve(const ServeOptions& options) {
              (*http)->port(), cgroup ? fmt::format(" (processes in cgroup {})", *cgroup) : "");
   for (bool stop = false; !stop;) {
     pollfd fds[2] = {{(*tracer)->epoll_fd(), POLLIN, 0}, {sigfd, POLLIN, 0}};
-    if (::poll(fds, 2, 100) < 0 && errno != EINTR) break;
+    // Call events never wake this thread (bpf/common.bpf.h): the timeout is what drains them.
+    if (::poll(fds, 2, EACGM_READER_POLL_MS) < 0 && errno != EINTR) break;
     (*tracer)->drain();
     const uint64_t now = clock_ns(CLOCK_MONOTONIC);
     recorder.tick(now);

@@ -73,6 +73,7 @@ int reuse_shared_maps(Skel* layer, eacgm_core* core) {
       {layer->maps.drops, core->maps.drops},
       {layer->maps.call_stacks, core->maps.call_stacks},
       {layer->maps.py_procs, core->maps.py_procs},
+      {layer->maps.py_procs_added, core->maps.py_procs_added},
       {layer->maps.py_layouts, core->maps.py_layouts},
       {layer->maps.py_tstates, core->maps.py_tstates},
       {layer->maps.py_tstate_misses, core->maps.py_tstate_misses},
@@ -129,6 +130,7 @@ struct Tracer::PythonSampler {
   bpf_program* program = nullptr;
   mutable std::mutex mutex;
   std::map<uint32_t, bpf_link*> links;  // by pid
+  uint32_t registered = 0;              // what py_procs_added says (see python_walk.bpf.h)
   std::condition_variable wake;
   bool stop = false;
   std::thread thread;
@@ -387,10 +389,16 @@ Result<void> Tracer::load_python(const bpf_object_open_opts& open_opts) {
 Result<void> Tracer::add_python_process(uint32_t pid, uint64_t runtime, uint32_t layout) {
   if (!python_) return Error{"the python layer is not enabled"};
   const eacgm_py_proc proc{.runtime = runtime, .layout = layout, .pad = 0};
+  std::lock_guard lock(python_->mutex);  // also orders the py_procs_added updates
   if (bpf_map_update_elem(bpf_map__fd(programs_->core->maps.py_procs), &pid, &proc, BPF_ANY) != 0) {
     return Error{fmt::format("cannot register python process {}: {}", pid, std::strerror(errno))};
   }
-  std::lock_guard lock(python_->mutex);
+  // After the py_procs update: a thread that reads the new count finds the process.
+  const uint32_t zero = 0, registered = ++python_->registered;
+  if (bpf_map_update_elem(bpf_map__fd(programs_->core->maps.py_procs_added), &zero, &registered,
+                          BPF_ANY) != 0) {
+    return Error{fmt::format("cannot register python process {}: {}", pid, std::strerror(errno))};
+  }
   if (python_->links.contains(pid)) return {};
   union bpf_iter_link_info info {};
   info.task.pid = pid;

@@ -74,6 +74,27 @@ CTYPES_JOB = textwrap.dedent("""\
     """)
 ALLOCATE_LINE = 6  # lib.cudaMalloc(...)
 
+# A forked child calls at once, before eacgm has registered it as a Python process: its first
+# calls find no interpreter, the later ones must (the BPF side looks again after a registration).
+FORKED_JOB = textwrap.dedent("""\
+    import ctypes, os, time
+    lib = ctypes.CDLL({lib!r})
+
+    def allocate(n):
+        ptr = ctypes.c_void_p()
+        return lib.cudaMalloc(ctypes.byref(ptr), n)
+
+    allocate(1024)
+    child = os.fork()
+    if child == 0:
+        for i in range({n}):
+            allocate(1024)
+            time.sleep(0.005)
+        os._exit(0)
+    os.waitpid(child, 0)
+    print("done")
+    """)
+
 # The same call made through a helper of an installed package: attributed to the caller's line.
 LIBRARY_HELPER = "def call(fn, *args):\n    return fn(*args)\n"
 CTYPES_VIA_LIBRARY_JOB = textwrap.dedent("""\
@@ -252,6 +273,23 @@ class PythonLayer(EacgmTest):
         sites = [a.string_value for p in s.perfetto().packet
                  for a in p.track_event.debug_annotations if a.name == "python"]
         self.assertEqual(sites, [f"job.py:allocate line {ALLOCATE_LINE}"] * n)
+
+    def test_a_forked_child_is_attributed_once_it_is_registered(self):
+        n = 60  # ~300 ms of calls; the fork is registered within a few ms
+        script = self.job(FORKED_JOB.format(lib=SIM_CUDART, n=n))
+        s, layer = self.run_job(DEBIAN_PYTHON, script, layers="cuda,python")
+        rows = s.rows("SELECT pid, py_function, py_line FROM calls WHERE name = 'cudaMalloc' "
+                      "ORDER BY start_ns")
+        self.assertEqual(len(rows), n + 1, rows)
+        self.assertEqual(rows[0][1:], ("job.py:allocate", ALLOCATE_LINE))
+        child = rows[1:]
+        self.assertEqual(len({r[0] for r in child}), 1, child)
+        self.assertNotEqual(child[0][0], rows[0][0])
+        attributed = [r for r in child if r[1:] == ("job.py:allocate", ALLOCATE_LINE)]
+        # Once attributed, every later call is: the unattributed ones are the first few only.
+        first = child.index(attributed[0]) if attributed else n
+        self.assertEqual(child[first:], attributed, child)
+        self.assertLess(first, n // 2, child)
 
     def test_a_call_made_inside_a_package_is_attributed_to_the_callers_line(self):
         n = 4
