@@ -43,6 +43,7 @@ struct {
 
 struct eacgm_frame {
   __u64 start_ns;
+  __u64 sp; /* the stack pointer at entry: where the return address is (see eacgm_call_return) */
   __u64 args[EACGM_CALL_ARGS];
   __u64 py_code; /* the caller's innermost Python frame (python_walk.bpf.h) */
   __u64 py_instr;
@@ -56,7 +57,7 @@ struct eacgm_frame {
  * a few loads, where a hash map keyed by tid costs a hash and a bucket walk at
  * every probe, and freed by the kernel with the thread. */
 struct eacgm_call_stack {
-  __u32 depth; /* open calls, may exceed EACGM_MAX_DEPTH (those are not timed) */
+  __u32 depth; /* open calls in `frames`; calls nested deeper are not timed */
   __u32 py_absent_at; /* see eacgm_py_caller */
   struct eacgm_frame frames[EACGM_MAX_DEPTH];
 };
@@ -100,6 +101,20 @@ static __always_inline struct eacgm_call_stack* eacgm_thread_stack(struct task_s
   return bpf_task_storage_get(&call_stacks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 }
 
+/* How many of the thread's open frames are still live when a frame at stack
+ * pointer `sp` is: a frame entered deeper on the stack (a lower stack
+ * pointer) is over, its return skipped (longjmp; a call past the kernel's
+ * return-probe depth limit). The kernel drops its own return records by the
+ * same rule. */
+static __always_inline __u32 eacgm_live_depth(struct eacgm_call_stack* st, __u64 sp) {
+  __u32 d = st->depth;
+  for (int i = 0; i < EACGM_MAX_DEPTH && d > 0 && d <= EACGM_MAX_DEPTH; i++) {
+    if (st->frames[(d - 1) & (EACGM_MAX_DEPTH - 1)].sp >= sp) break;
+    d--;
+  }
+  return d;
+}
+
 /* Call events never wake the reader: it polls every EACGM_READER_POLL_MS
  * (events.h), and poll() returns at once while data is waiting. Waking it per
  * event cost more than everything else a probe does, and deciding when to
@@ -118,10 +133,16 @@ static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
   __u64 id = eacgm_task_id(task);
   struct eacgm_call_stack* st = eacgm_thread_stack(task, id >> 32);
   if (!st) return 0;
-  __u32 d = st->depth;
+  __u64 sp = PT_REGS_SP(ctx);
+  /* An open frame at this entry's stack pointer is a tail call's caller. */
+  __u32 d = eacgm_live_depth(st, sp);
+  if (d >= EACGM_MAX_DEPTH) {
+    st->depth = d;
+    return 0;
+  }
   st->depth = d + 1;
-  if (d >= EACGM_MAX_DEPTH) return 0;
   struct eacgm_frame* f = &st->frames[d & (EACGM_MAX_DEPTH - 1)];
+  f->sp = sp;
   f->func_id = (__u32)bpf_get_attach_cookie(ctx);
   f->layer = layer;
   f->args[0] = PT_REGS_PARM1(ctx);
@@ -135,7 +156,7 @@ static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
    * integer arguments follow it. Reading them is the dearest step of this
    * handler, so only rows that use them pay for it. */
   if (!(flags & EACGM_ROW_STACK_ARGS) ||
-      bpf_probe_read_user(&f->args[6], 2 * sizeof(__u64), (void*)(PT_REGS_SP(ctx) + 8)) != 0) {
+      bpf_probe_read_user(&f->args[6], 2 * sizeof(__u64), (void*)(sp + 8)) != 0) {
     f->args[6] = 0;
     f->args[7] = 0;
   }
@@ -165,9 +186,14 @@ static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
   return 0;
 }
 
-/* Function return: pop the frame, read the out-pointer if the table asks
- * for it, and emit one event for the finished call. A thread without a call
- * stack is not a target (see eacgm_thread_stack). */
+/* Function return: find the frame this return closes, read the out-pointer
+ * if the table asks for it, and emit one event for the finished call. The
+ * frame is known by its stack pointer: `ret` has popped the return address,
+ * so the stack pointer is the entry's plus 8, on the int3 and the syscall
+ * uretprobe trampolines alike. Frames below it were skipped and are dropped;
+ * a return whose frame is not here (entered before we attached, or nested
+ * too deep to be timed) is ignored and pops nothing. A thread without
+ * a call stack is not a target (see eacgm_thread_stack). */
 static __always_inline int eacgm_call_return(struct pt_regs* ctx, __u32 layer,
                                              const volatile __u8* out_slot) {
   __u64 now = bpf_ktime_get_ns();
@@ -175,13 +201,16 @@ static __always_inline int eacgm_call_return(struct pt_regs* ctx, __u32 layer,
   __u64 id = eacgm_task_id(task);
   __u32 tid = (__u32)id;
   struct eacgm_call_stack* st = bpf_task_storage_get(&call_stacks, task, 0, 0);
-  if (!st || st->depth == 0) return 0; /* entered before we attached */
-  __u32 d = st->depth - 1;
+  if (!st) return 0;
+  __u64 entry_sp = PT_REGS_SP(ctx) - 8;
+  __u32 d = eacgm_live_depth(st, entry_sp);
   st->depth = d;
-  if (d >= EACGM_MAX_DEPTH) return 0;
+  if (d == 0 || d > EACGM_MAX_DEPTH) return 0;
+  d--;
   struct eacgm_frame* f = &st->frames[d & (EACGM_MAX_DEPTH - 1)];
-  __u32 func_id = (__u32)bpf_get_attach_cookie(ctx);
-  if (f->func_id != func_id || f->layer != layer) return 0; /* unbalanced: drop, never misattribute */
+  if (f->sp != entry_sp || f->layer != layer) return 0; /* not ours: never misattribute */
+  st->depth = d;
+  __u32 func_id = f->func_id;
 
   struct eacgm_call* e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
   if (!e) {

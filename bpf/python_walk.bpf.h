@@ -332,8 +332,10 @@ static __always_inline void eacgm_py_caller(__u64 id, __u32* absent_at, __u64* c
   if (!py_attribution) return;
   __u32 zero = 0;
   __u32* added = bpf_map_lookup_elem(&py_procs_added, &zero);
-  if (!added || *added == *absent_at) return;
-  __u32 now_added = *added; /* read before the lookup: a registration racing it is seen next call */
+  if (!added) return;
+  /* Read once, before the lookup: a registration racing it is seen at the next call. */
+  __u32 now_added = *added;
+  if (now_added == *absent_at) return;
   __u32 tgid = id >> 32;
   struct eacgm_py_proc* proc = bpf_map_lookup_elem(&py_procs, &tgid);
   if (!proc) {
