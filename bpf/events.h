@@ -54,6 +54,8 @@ enum eacgm_event_kind {
   EACGM_EV_PY_CODE = 12,      /* a code object seen for the first time: struct eacgm_py_code */
   EACGM_EV_PY_FUNCTION = 13,  /* a (file, name) pair the USDT probes saw first: struct eacgm_py_function */
   EACGM_EV_PY_GC = 14,        /* one garbage collection: struct eacgm_py_gc */
+  /* torch layer (bpf/torch.bpf.c) */
+  EACGM_EV_UNWIND_STOP = 15, /* a thread began unwinding across return probes and was stopped: struct eacgm_unwind_stop */
 };
 
 enum eacgm_layer {
@@ -95,6 +97,22 @@ struct eacgm_proc {
   __u32 ppid;      /* parent tgid for fork, 0 otherwise */
   __s32 exit_code; /* task->exit_code for exit: (code << 8) | signal, as wait(2) */
   char comm[EACGM_COMM_LEN];
+};
+
+/* Most return addresses one unwind stop puts back: the kernel's
+ * MAX_URETPROBE_DEPTH, the most return probes a thread can have pending. */
+#define EACGM_UNWIND_SLOTS 64
+
+/* A thread of a target is about to unwind its stack (a C++ throw, a forced
+ * unwind) with return probes pending, and is stopped. User space writes each
+ * orig[i] to the stack slot slot[i] where slot[i] is not 0 (newest first: of
+ * two entries for one slot the first is right), then resumes it. */
+struct eacgm_unwind_stop {
+  struct eacgm_header hdr;
+  __u32 open_calls; /* traced calls it was in: they will not return to a probe */
+  __u32 n;          /* entries used in slot[] and orig[]; slot 0: none */
+  __u64 slot[EACGM_UNWIND_SLOTS];
+  __u64 orig[EACGM_UNWIND_SLOTS];
 };
 
 /* The os layer. */

@@ -68,7 +68,7 @@ json entry_json(const Event& event, uint64_t start_ns,
     return e;
   }
   if (const auto* p = std::get_if<ProcEvent>(&event)) {
-    static constexpr const char* kNames[] = {"fork", "exec", "exit", "loader_stop"};
+    static constexpr const char* kNames[] = {"fork", "exec", "exit", "loader_stop", "unwind_stop"};
     json e = {{"t_s", t(p->ts_ns)},
               {"layer", "process"},
               {"tid", p->tid},
@@ -76,6 +76,10 @@ json entry_json(const Event& event, uint64_t start_ns,
               {"comm", p->comm}};
     if (p->kind == ProcEvent::Kind::kFork) e["ppid"] = p->ppid;
     if (p->kind == ProcEvent::Kind::kExit) e["wait_status"] = p->status;
+    if (p->kind == ProcEvent::Kind::kUnwindStop) {
+      e["open_calls"] = p->open_calls;
+      e["return_addresses"] = p->return_slots.size();
+    }
     return e;
   }
   if (const auto* s = std::get_if<SignalEvent>(&event)) {

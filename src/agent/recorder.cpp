@@ -16,6 +16,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "agent/unwind_stop.h"
 #include "python/python_binary.h"
 #include "python/python_layouts.h"
 #include "reader/decoder.h"
@@ -346,6 +347,11 @@ void Recorder::attach_mapped_libraries(uint32_t pid) {
   find_interpreter(pid, *files);
   for (const MappedFile& file : *files) {
     if (!file.executable) continue;
+    if (layers_.contains(Layer::kTorch) && is_unwinder_library(file.path)) {
+      auto guarded = tracer_->attach_unwind_guard(fmt::format("/proc/{}/root{}", pid, file.path));
+      if (!guarded) warn(guarded.error().message);
+      continue;
+    }
     const std::optional<Layer> layer = library_layer(file.path);
     if (!layer || !layers_.contains(*layer)) continue;
     mapped_layers_.insert(*layer);
@@ -420,6 +426,18 @@ void Recorder::on_process_event(const ProcEvent& event) {
       flight_.forget(event.pid);
       break;
     }
+    case ProcEvent::Kind::kUnwindStop:
+      // The target is stopped as a thread begins to unwind through return probes: put the
+      // return addresses back first (agent/unwind_stop.h), then let it go.
+      stopped_.insert(event.pid);
+      if (auto restored = restore_return_addresses(event.pid, event.return_slots); !restored) {
+        warn(restored.error().message);
+      }
+      flight_.add(event.pid, Event{event});
+      if (kill(static_cast<pid_t>(event.pid), SIGCONT) == 0 || errno == ESRCH) {
+        stopped_.erase(event.pid);
+      }
+      break;
     case ProcEvent::Kind::kLoaderStop:
       // The target is stopped right after ld.so mapped new objects: probe
       // them before their first instruction runs, then let it go.

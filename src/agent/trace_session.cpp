@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -19,7 +18,6 @@
 
 #include "agent/privileges.h"
 #include "agent/recorder.h"
-#include "bpf/events.h"
 #include "gpu/gpu_layer.h"
 #include "probes/tracer.h"
 #include "sinks/async_sinks.h"
@@ -182,11 +180,7 @@ class TraceRun {
   template <typename Done, typename OnSignal>
   void loop(Done done, OnSignal on_signal) {
     while (!done()) {
-      pollfd fds[2] = {{tracer_->epoll_fd(), POLLIN, 0}, {sigfd_, POLLIN, 0}};
-      // Call events never wake this thread (bpf/common.bpf.h): the timeout is what drains them.
-      const int n = ::poll(fds, 2, EACGM_READER_POLL_MS);
-      if (n < 0 && errno != EINTR) break;
-      tracer_->drain();
+      if (tracer_->wait(sigfd_) < 0) break;
       recorder_.tick(monotonic_ns());
       signalfd_siginfo si{};
       bool stop = false;
@@ -205,6 +199,9 @@ class TraceRun {
     session_.end_ns = monotonic_ns();
     recorder_.tick(session_.end_ns, /*final=*/true);
     session_.events_dropped = tracer_->dropped();
+    if (options_.layers.contains(Layer::kTorch)) {
+      session_.layers[Layer::kTorch].extra["calls_unwound"] = tracer_->calls_unwound();
+    }
     for (Layer layer : options_.layers) {
       LayerState& state = session_.layers[layer];
       // The gpu layer's status comes from GpuLayer::finish, called by finish_sinks().

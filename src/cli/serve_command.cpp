@@ -1,7 +1,6 @@
 #include "cli/serve_command.h"
 
 #include <fmt/format.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <time.h>
@@ -15,7 +14,6 @@
 #include "agent/privileges.h"
 #include "agent/recorder.h"
 #include "agent/trace_session.h"
-#include "bpf/events.h"
 #include "gpu/gpu_layer.h"
 #include "probes/tracer.h"
 #include "serve/discovery.h"
@@ -261,10 +259,7 @@ int run_serve(const ServeOptions& options) {
              listen->host.find(':') == std::string::npos ? listen->host : "[" + listen->host + "]",
              (*http)->port(), cgroup ? fmt::format(" (processes in cgroup {})", *cgroup) : "");
   for (bool stop = false; !stop;) {
-    pollfd fds[2] = {{(*tracer)->epoll_fd(), POLLIN, 0}, {sigfd, POLLIN, 0}};
-    // Call events never wake this thread (bpf/common.bpf.h): the timeout is what drains them.
-    if (::poll(fds, 2, EACGM_READER_POLL_MS) < 0 && errno != EINTR) break;
-    (*tracer)->drain();
+    if ((*tracer)->wait(sigfd) < 0) break;
     const uint64_t now = clock_ns(CLOCK_MONOTONIC);
     recorder.tick(now);
     agent.publish_anomalies();

@@ -4,6 +4,7 @@
 #include <bpf/libbpf.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <poll.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -85,6 +86,18 @@ int reuse_shared_maps(Skel* layer, eacgm_core* core) {
   return 0;
 }
 
+// The total of a one-entry per-CPU counter map; 0 when it cannot be read.
+uint64_t sum_per_cpu(const bpf_map* map) {
+  const int ncpu = libbpf_num_possible_cpus();
+  if (ncpu <= 0) return 0;
+  std::vector<uint64_t> per_cpu(static_cast<size_t>(ncpu));
+  const uint32_t key = 0;
+  if (bpf_map_lookup_elem(bpf_map__fd(map), &key, per_cpu.data()) != 0) return 0;
+  uint64_t total = 0;
+  for (uint64_t n : per_cpu) total += n;
+  return total;
+}
+
 }  // namespace
 
 std::span<const LayerLibrary> layer_libraries() { return kLayerLibraries; }
@@ -98,10 +111,18 @@ std::optional<Layer> library_layer(std::string_view path) {
   return std::nullopt;
 }
 
+bool is_unwinder_library(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  const std::string_view base = slash == std::string_view::npos ? path : path.substr(slash + 1);
+  return base.starts_with("libgcc_s.so") || base.starts_with("libunwind.so");
+}
+
 // The entry and return programs of one layer's loaded object.
 struct LayerPrograms {
   bpf_program* entry = nullptr;
   bpf_program* ret = nullptr;
+  bpf_program* unwind = nullptr;  // torch: the unwind guard and its counter
+  bpf_map* unwound = nullptr;
   std::function<void()> destroy;
 };
 
@@ -179,8 +200,8 @@ namespace {
 template <typename Skel>
 Result<LayerPrograms> load_layer(Layer layer, Skel* (*open)(const bpf_object_open_opts*),
                                  int (*load)(Skel*), void (*destroy)(Skel*), eacgm_core* core,
-                                 const bpf_object_open_opts* opts, bool multi,
-                                 bool py_attribution) {
+                                 const bpf_object_open_opts* opts, bool multi, bool py_attribution,
+                                 bool may_stop) {
   Skel* skel = open(opts);
   const std::string name(layer_name(layer));
   if (!skel) return Error{libbpf_error("cannot open the " + name + " BPF program", errno)};
@@ -201,6 +222,9 @@ Result<LayerPrograms> load_layer(Layer layer, Skel* (*open)(const bpf_object_ope
     skel->rodata->row_flags[i] = bpf_row_flags(table[i]);
   }
   skel->rodata->py_attribution = py_attribution ? 1 : 0;
+  if constexpr (requires { skel->rodata->stop_on_unwind; }) {
+    skel->rodata->stop_on_unwind = may_stop ? 1 : 0;
+  }
   if (multi) {
     const auto type = static_cast<bpf_attach_type>(kBpfTraceUprobeMulti);
     bpf_program__set_expected_attach_type(progs.entry, type);
@@ -209,6 +233,10 @@ Result<LayerPrograms> load_layer(Layer layer, Skel* (*open)(const bpf_object_ope
   if (int err = load(skel); err) {
     progs.destroy();
     return Error{libbpf_error("cannot load the " + name + " BPF program", err)};
+  }
+  if constexpr (requires { skel->progs.on_unwind_start; }) {
+    progs.unwind = skel->progs.on_unwind_start;
+    progs.unwound = skel->maps.calls_unwound;
   }
   return progs;
 }
@@ -260,6 +288,7 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
   tracer->handler_ = std::move(handler);
   tracer->torch_filter_ = options.torch_ops;
   tracer->multi_ = kernel_has_uprobe_multi();
+  tracer->may_stop_ = options.stop_on_dlopen;
   tracer->programs_ = std::make_unique<Programs>();
   Programs& p = *tracer->programs_;
 
@@ -297,15 +326,15 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
     switch (layer) {
       case Layer::kCuda:
         progs = load_layer(layer, eacgm_cuda__open_opts, eacgm_cuda__load, eacgm_cuda__destroy,
-                           p.core, &open_opts, tracer->multi_, python);
+                           p.core, &open_opts, tracer->multi_, python, options.stop_on_dlopen);
         break;
       case Layer::kNccl:
         progs = load_layer(layer, eacgm_nccl__open_opts, eacgm_nccl__load, eacgm_nccl__destroy,
-                           p.core, &open_opts, tracer->multi_, python);
+                           p.core, &open_opts, tracer->multi_, python, options.stop_on_dlopen);
         break;
       case Layer::kTorch:
         progs = load_layer(layer, eacgm_torch__open_opts, eacgm_torch__load, eacgm_torch__destroy,
-                           p.core, &open_opts, tracer->multi_, python);
+                           p.core, &open_opts, tracer->multi_, python, options.stop_on_dlopen);
         break;
       case Layer::kPython:
         continue;  // loaded above: the other layers' handlers read its maps
@@ -562,6 +591,54 @@ Result<bool> Tracer::attach_library(Layer layer, const std::string& path) {
   return true;
 }
 
+Result<bool> Tracer::attach_unwind_guard(const std::string& path) {
+  auto torch = programs_->layers.find(Layer::kTorch);
+  if (torch == programs_->layers.end() || !torch->second.unwind) {
+    return Error{"the torch layer is not enabled"};
+  }
+  const std::optional<FileId> id = file_id(path);
+  if (!id) return Error{fmt::format("cannot stat {}: {}", path, std::strerror(errno))};
+  if (unwind_guarded_.contains(*id)) return false;
+  if (!may_stop_) {
+    unwind_guarded_.insert(*id);  // said once per file
+    return Error{fmt::format(
+        "with --no-stop-on-dlopen a C++ exception thrown through a traced torch operator "
+        "ends the job (its return addresses cannot be put back without stopping it; {})",
+        path)};
+  }
+  auto symbols = read_function_symbols(path);
+  if (!symbols) return symbols.error();
+  // Every way unwinding starts: a throw (also std::rethrow_exception), a `throw;` and a forced
+  // unwind (pthread_cancel, pthread_exit). _Unwind_Resume only goes on with an unwinding these
+  // began, above frames they already saw to.
+  std::set<uint64_t> offsets;
+  for (const ElfSymbol& sym : *symbols) {
+    if (sym.name == "_Unwind_RaiseException" || sym.name == "_Unwind_Resume_or_Rethrow" ||
+        sym.name == "_Unwind_ForcedUnwind") {
+      offsets.insert(sym.file_offset);
+    }
+  }
+  if (offsets.empty()) {
+    return Error{fmt::format(
+        "{} has no _Unwind_RaiseException: a C++ exception thrown through a traced torch "
+        "operator would end the job; --layers without torch avoids that",
+        path)};
+  }
+  const std::vector<uint64_t> where(offsets.begin(), offsets.end());
+  const std::vector<uint64_t> cookies(where.size(), 0);
+  auto probe = AttachedProbe::attach_each(torch->second.unwind, path, where, cookies, false);
+  if (!probe) return probe.error();
+  probes_.push_back(std::move(*probe));
+  unwind_guarded_.insert(*id);
+  return true;
+}
+
+uint64_t Tracer::calls_unwound() const {
+  auto torch = programs_->layers.find(Layer::kTorch);
+  if (torch == programs_->layers.end() || !torch->second.unwound) return 0;
+  return sum_per_cpu(torch->second.unwound);
+}
+
 Result<void> Tracer::attach_loader(const std::string& ld_so_path) {
   auto symbols = read_function_symbols(ld_so_path);
   if (!symbols) return symbols.error();
@@ -581,21 +658,17 @@ Result<void> Tracer::attach_loader(const std::string& ld_so_path) {
 }
 
 int Tracer::poll(int timeout_ms) { return ring_->poll(timeout_ms); }
+int Tracer::wait(int other_fd) {
+  pollfd fds[2] = {{ring_->fd(), POLLIN, 0}, {other_fd, POLLIN, 0}};
+  if (::poll(fds, other_fd >= 0 ? 2 : 1, EACGM_READER_POLL_MS) < 0 && errno != EINTR) {
+    return -errno;
+  }
+  return drain();
+}
 int Tracer::drain() { return static_cast<int>(ring_->consume()); }
 int Tracer::epoll_fd() const { return ring_->fd(); }
 
-uint64_t Tracer::dropped() const {
-  const int ncpu = libbpf_num_possible_cpus();
-  if (ncpu <= 0) return 0;
-  std::vector<uint64_t> per_cpu(static_cast<size_t>(ncpu));
-  const uint32_t key = 0;
-  if (bpf_map_lookup_elem(bpf_map__fd(programs_->core->maps.drops), &key, per_cpu.data()) != 0) {
-    return 0;
-  }
-  uint64_t total = 0;
-  for (uint64_t n : per_cpu) total += n;
-  return total;
-}
+uint64_t Tracer::dropped() const { return sum_per_cpu(programs_->core->maps.drops); }
 
 std::optional<std::string> Tracer::layer_problem(Layer layer) const {
   auto it = layer_problems_.find(layer);

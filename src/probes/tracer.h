@@ -31,6 +31,9 @@ struct LayerLibrary {
 };
 std::span<const LayerLibrary> layer_libraries();
 std::optional<Layer> library_layer(std::string_view path);
+// Whether a file is a C++ unwinder (libgcc_s, LLVM's libunwind), which the torch layer must
+// guard (see Tracer::attach_unwind_guard).
+bool is_unwinder_library(std::string_view path);
 
 struct TracedLibrary {
   Layer layer;
@@ -43,8 +46,10 @@ class Tracer {
  public:
   struct Options {
     std::set<Layer> layers;
-    bool stop_on_dlopen = true;  // see core.bpf.c on_dl_debug_state
-    std::string btf_path;        // custom kernel BTF (tests); empty: the running kernel's
+    // Targets may be stopped for a moment: after mapping a library (core.bpf.c
+    // on_dl_debug_state) and as a thread begins to unwind (torch.bpf.c on_unwind_start).
+    bool stop_on_dlopen = true;
+    std::string btf_path;  // custom kernel BTF (tests); empty: the running kernel's
     bool verbose = false;
     TorchOpFilter torch_ops = TorchOpFilter::default_set();  // torch layer: operators to probe
   };
@@ -59,6 +64,12 @@ class Tracer {
   // Probes `path` for `layer` unless that file (by inode) is already probed.
   // Returns whether it was newly probed.
   Result<bool> attach_library(Layer layer, const std::string& path);
+  // The torch layer's return probes would make a C++ exception thrown through an operator
+  // kill the job (bpf/torch.bpf.c); this probes the start of unwinding in the unwinder `path`
+  // so that they step aside first. Once per file (by inode); returns whether newly probed.
+  Result<bool> attach_unwind_guard(const std::string& path);
+  // Traced calls that a C++ exception (or a thread's cancellation) left instead of returning.
+  uint64_t calls_unwound() const;
   // Probes the dynamic loader's rendezvous function so targets stop after
   // mapping a new library (see core.bpf.c).
   Result<void> attach_loader(const std::string& ld_so_path);
@@ -66,6 +77,10 @@ class Tracer {
   // Waits up to timeout_ms for events and hands each to the handler.
   // Returns the number consumed, or a negative errno.
   int poll(int timeout_ms);
+  // The readers' wait: until there are events to wake for or `other_fd` (a signalfd, -1 for
+  // none) is readable, at most EACGM_READER_POLL_MS, since call events never wake the reader
+  // (bpf/common.bpf.h); then drains. Returns the number consumed, or a negative errno.
+  int wait(int other_fd);
   // Consumes whatever is in the ring buffer without waiting.
   int drain();
   // Polls readable (poll(2), epoll) while there are events to drain.
@@ -117,6 +132,7 @@ class Tracer {
   std::unique_ptr<RingReader> ring_;
   EventHandler handler_;
   bool multi_ = false;
+  bool may_stop_ = true;  // Options::stop_on_dlopen
   std::vector<TracedLibrary> libraries_;
   std::vector<std::unique_ptr<AttachedProbe>> probes_;
   std::map<Layer, std::string> layer_problems_;
@@ -125,6 +141,7 @@ class Tracer {
   TorchOpFilter torch_filter_;
   TorchOpTable torch_ops_;
   std::set<FileId> torch_skipped_;  // torch libraries examined and found nothing to probe in
+  std::set<FileId> unwind_guarded_;
   struct PythonSampler;
   std::unique_ptr<PythonSampler> python_;
   std::set<FileId> python_usdt_files_;

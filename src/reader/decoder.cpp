@@ -101,6 +101,25 @@ Result<Event> decode_proc(std::span<const std::byte> data, ProcEvent::Kind kind)
   return Event{e};
 }
 
+Result<Event> decode_unwind_stop(std::span<const std::byte> data) {
+  auto raw = read_struct<eacgm_unwind_stop>(data, "unwind stop");
+  if (!raw) return raw.error();
+  if (raw->n > EACGM_UNWIND_SLOTS) {
+    return Error{
+        fmt::format("unwind stop record with {} slots (at most {})", raw->n, EACGM_UNWIND_SLOTS)};
+  }
+  ProcEvent e;
+  e.kind = ProcEvent::Kind::kUnwindStop;
+  e.pid = raw->hdr.tgid;
+  e.tid = raw->hdr.tid;
+  e.ts_ns = raw->hdr.ts_ns;
+  e.open_calls = raw->open_calls;
+  for (uint32_t i = 0; i < raw->n; ++i) {
+    if (raw->slot[i] != 0) e.return_slots.emplace_back(raw->slot[i], raw->orig[i]);
+  }
+  return Event{e};
+}
+
 std::string c_string(const char* text, size_t size) {
   return std::string(text, strnlen(text, size));
 }
@@ -280,6 +299,8 @@ Result<Event> decode_event(std::span<const std::byte> data, const TorchOpTable* 
       return decode_proc(data, ProcEvent::Kind::kExit);
     case EACGM_EV_DL_STOP:
       return decode_proc(data, ProcEvent::Kind::kLoaderStop);
+    case EACGM_EV_UNWIND_STOP:
+      return decode_unwind_stop(data);
     case EACGM_EV_SIGNAL:
       return decode_signal(data);
     case EACGM_EV_OOM_KILL:

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <variant>
+#include <vector>
 
 #include "common/result.h"
 #include "probes/torch_ops.h"
@@ -16,7 +18,7 @@
 namespace eacgm {
 
 struct ProcEvent {
-  enum class Kind { kFork, kExec, kExit, kLoaderStop };
+  enum class Kind { kFork, kExec, kExit, kLoaderStop, kUnwindStop };
   Kind kind = Kind::kFork;
   uint32_t pid = 0;
   uint32_t tid = 0;
@@ -24,6 +26,10 @@ struct ProcEvent {
   int32_t status = 0;  // kExit: wait(2)-style status, (code << 8) | signal
   uint64_t ts_ns = 0;
   std::string comm;
+  // kUnwindStop (struct eacgm_unwind_stop): the traced calls the thread was in, and the
+  // return addresses to put back, as (stack slot, original address), newest first.
+  uint32_t open_calls = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> return_slots;
 };
 
 using Event = std::variant<CallRecord, ProcEvent, SignalEvent, OomKillEvent, MmapEvent, IoctlEvent,

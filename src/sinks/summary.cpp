@@ -266,6 +266,9 @@ std::string text_report(const Session& s) {
     }
     line(fmt::format("\n[{}] {} {} traced", layer_name(layer), state.libraries.size(),
                      state.libraries.size() == 1 ? "library" : "libraries"));
+    if (const uint64_t unwound = state.extra.value("calls_unwound", uint64_t{0}); unwound > 0) {
+      line(fmt::format("  {} calls left by a C++ exception, not by a return: not timed", unwound));
+    }
     if (state.calls.empty()) {
       line("  no calls");
       continue;

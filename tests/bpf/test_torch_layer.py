@@ -48,6 +48,28 @@ print("done")
 """
 
 
+# Shapes that do not fit make aten::mm, and aten::addmm under aten::linear, raise c10::Error,
+# which Python catches; then the same operators run on shapes that fit.
+THROW_SCRIPT = """
+import torch
+import torch.nn.functional as F
+a, b, bad = torch.randn(16, 32), torch.randn(32, 8), torch.randn(7, 8)
+x, w, wbad, bias = torch.randn(8, 16), torch.randn(32, 16), torch.randn(32, 5), torch.randn(32)
+failed = 0
+for _ in range({bad}):
+    for op, args in ((torch.mm, (a, bad)), (F.linear, (x, wbad, bias))):
+        try:
+            op(*args)
+        except RuntimeError:
+            failed += 1
+for _ in range({good}):
+    torch.mm(a, b)
+    F.linear(x, w, bias)
+print("failed", failed)
+print("done")
+"""
+
+
 class TorchLayer(EacgmTest):
     def setUp(self):
         require_root(self)
@@ -185,6 +207,22 @@ print("done")
         self.assertEqual(workers[0]["backward_ops"], 1)
         (name,) = s.rows("SELECT name FROM threads WHERE tid=?", workers[0]["tid"])[0]
         self.assertTrue(name.endswith(" (autograd)"), name)
+
+    def test_exceptions_through_operators_leave_the_job_running(self):
+        # Under return probes, an exception unwinding through an operator used to make the C++
+        # runtime terminate the job (the unwinder cannot step over the kernel's trampoline).
+        bad, good = 30, 20
+        s = self.run_script(THROW_SCRIPT.format(bad=bad, good=good),
+                            "--torch-ops", "mm|linear|addmm")
+        self.assertIn(f"failed {2 * bad}", s.stdout)
+        self.assertEqual({k: v["count"] for k, v in self.ops(s).items()},
+                         {"aten::mm": good, "aten::linear": good, "aten::addmm": good})
+        # Each failure left open calls: aten::mm, or aten::linear with aten::addmm inside it.
+        self.assertEqual(s.summary["layers"]["torch"]["calls_unwound"], 3 * bad)
+        # The calls after them pair and nest as ever: nothing was left on the thread's stack.
+        self.assertEqual(set(s.rows("SELECT name, depth FROM calls")),
+                         {("aten::mm", 0), ("aten::linear", 0), ("aten::addmm", 1)})
+        self.assertSessionComplete(s)
 
     def test_bad_filter_is_a_usage_error(self):
         for spec in ["(", "[a-", ""]:

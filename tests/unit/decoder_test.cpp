@@ -104,6 +104,35 @@ TEST(Decoder, ProcessExit) {
   EXPECT_EQ(e.comm, "python3");
 }
 
+TEST(Decoder, UnwindStopKeepsTheSlotsToPutBackInOrder) {
+  eacgm_unwind_stop u{};
+  u.hdr = {EACGM_EV_UNWIND_STOP, 42, 44, EACGM_LAYER_TORCH, 99};
+  u.open_calls = 2;
+  u.n = 3;
+  u.slot[0] = 0x7ffd1000;
+  u.orig[0] = 0x401000;
+  u.slot[1] = 0;  // walked, not to be put back
+  u.orig[1] = 0x402000;
+  u.slot[2] = 0x7ffd1040;
+  u.orig[2] = 0x403000;
+  u.slot[3] = 0x7ffd2000;  // past n: ignored
+  auto event = decode_event(bytes_of(&u, sizeof(u)));
+  ASSERT_TRUE(event.ok()) << event.error().message;
+  const ProcEvent& e = std::get<ProcEvent>(*event);
+  EXPECT_EQ(e.kind, ProcEvent::Kind::kUnwindStop);
+  EXPECT_EQ(e.pid, 42u);
+  EXPECT_EQ(e.tid, 44u);
+  EXPECT_EQ(e.open_calls, 2u);
+  const std::vector<std::pair<uint64_t, uint64_t>> want = {{0x7ffd1000, 0x401000},
+                                                           {0x7ffd1040, 0x403000}};
+  EXPECT_EQ(e.return_slots, want);
+  u.n = EACGM_UNWIND_SLOTS + 1;
+  auto bad = decode_event(bytes_of(&u, sizeof(u)));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("65 slots"), std::string::npos) << bad.error().message;
+  EXPECT_FALSE(decode_event(bytes_of(&u, sizeof(u) - 8)).ok());
+}
+
 TEST(Decoder, RejectsTruncatedUnknownAndOutOfTableRecords) {
   eacgm_call c = launch_kernel_record();
   auto bytes = bytes_of(&c, sizeof(c));
