@@ -70,7 +70,7 @@ SEC("uprobe")
 int BPF_KPROBE(on_dl_debug_state) {
   __u64 id = bpf_get_current_pid_tgid();
   if (!stop_on_dlopen || !eacgm_is_target(id >> 32)) return 0;
-  bpf_send_signal(EACGM_SIGSTOP);
+  bpf_send_signal_thread(EACGM_SIGSTOP); /* this thread stops at once: see torch.bpf.c */
   emit_proc(EACGM_EV_DL_STOP, id >> 32, (__u32)id, 0, 0);
   return 0;
 }

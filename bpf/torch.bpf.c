@@ -83,7 +83,11 @@ int BPF_KPROBE(on_unwind_start) {
   e->hdr.ts_ns = bpf_ktime_get_ns();
   e->open_calls = st->depth;
   e->n = n;
-  bpf_send_signal(EACGM_SIGSTOP);
+  /* To this thread: a stop sent to the process while another is pending is
+   * merged into it, and the thread that one woke may take its time to act on
+   * it while this one runs on into the unwinder. A thread's own SIGSTOP still
+   * stops the whole process. */
+  bpf_send_signal_thread(EACGM_SIGSTOP);
   /* The job waits for the reader: wake it even behind unread call events,
    * which never wake it (a plain submit would wait for it to catch up). */
   bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);

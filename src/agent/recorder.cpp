@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "agent/unwind_stop.h"
 #include "python/python_binary.h"
@@ -428,15 +429,13 @@ void Recorder::on_process_event(const ProcEvent& event) {
     }
     case ProcEvent::Kind::kUnwindStop:
       // The target is stopped as a thread begins to unwind through return probes: put the
-      // return addresses back first (agent/unwind_stop.h), then let it go.
+      // return addresses back (agent/unwind_stop.h) before it goes on.
       stopped_.insert(event.pid);
       if (auto restored = restore_return_addresses(event.pid, event.return_slots); !restored) {
         warn(restored.error().message);
       }
       flight_.add(event.pid, Event{event});
-      if (kill(static_cast<pid_t>(event.pid), SIGCONT) == 0 || errno == ESRCH) {
-        stopped_.erase(event.pid);
-      }
+      unwinding_.insert(event.pid);  // resumed by tick()
       break;
     case ProcEvent::Kind::kLoaderStop:
       // The target is stopped right after ld.so mapped new objects: probe
@@ -453,6 +452,7 @@ void Recorder::on_process_event(const ProcEvent& event) {
 void Recorder::resume_stopped_targets() {
   for (uint32_t pid : stopped_) kill(static_cast<pid_t>(pid), SIGCONT);
   stopped_.clear();
+  unwinding_.clear();
 }
 
 size_t Recorder::live_processes() const {
@@ -479,6 +479,15 @@ void Recorder::forget_process(uint32_t pid) {
 }
 
 void Recorder::tick(uint64_t now_ns, bool final) {
+  // Targets stopped for unwinding go on only after one more drain: another of their threads
+  // that began to unwind before the stop reached it has sent its own stop event by then (it
+  // cannot start anew once stopping), and a SIGCONT cancels any stop still pending.
+  if (tracer_ && !unwinding_.empty()) {
+    tracer_->drain();
+    for (uint32_t pid : std::exchange(unwinding_, {})) {
+      if (kill(static_cast<pid_t>(pid), SIGCONT) == 0 || errno == ESRCH) stopped_.erase(pid);
+    }
+  }
   // GPU readings and XIDs queued by the sampler's threads since the last tick.
   if (gpu_) gpu_->poll(session_, sinks_, [this](Anomaly a) { report(std::move(a)); });
   // Trends need time to show: the leak check runs once a second and at the end.

@@ -112,6 +112,9 @@ class Recorder {
   GpuLayer* gpu_ = nullptr;
   std::vector<std::unique_ptr<Sink>> sinks_;
   std::set<uint32_t> stopped_;  // targets stopped by the loader probe
+  // Targets stopped as a thread began to unwind, their return addresses put back: tick() resumes
+  // them after one more drain.
+  std::set<uint32_t> unwinding_;
   CollectiveTracker collectives_;
   LeakDetector leaks_;
   uint64_t leaks_checked_ns_ = 0;

@@ -69,6 +69,28 @@ print("failed", failed)
 print("done")
 """
 
+# The same failure on four threads at once: the bindings release the GIL around the operator, so
+# the throws overlap (each takes milliseconds: c10::Error symbolises a backtrace).
+THREADED_THROW_SCRIPT = """
+import threading
+import torch
+a, bad = torch.randn(16, 32), torch.randn(7, 8)
+failed = []
+def work():
+    n = 0
+    for _ in range({bad}):
+        try:
+            torch.mm(a, bad)
+        except RuntimeError:
+            n += 1
+    failed.append(n)
+threads = [threading.Thread(target=work) for _ in range({threads})]
+for t in threads: t.start()
+for t in threads: t.join()
+print("failed", sum(failed))
+print("done")
+"""
+
 
 class TorchLayer(EacgmTest):
     def setUp(self):
@@ -222,6 +244,16 @@ print("done")
         # The calls after them pair and nest as ever: nothing was left on the thread's stack.
         self.assertEqual(set(s.rows("SELECT name, depth FROM calls")),
                          {("aten::mm", 0), ("aten::linear", 0), ("aten::addmm", 1)})
+        self.assertSessionComplete(s)
+
+    def test_exceptions_on_several_threads_at_once(self):
+        # A second thread may begin to unwind before the first one's stop reaches it: eacgm must
+        # not resume the process before that thread's return addresses are back too.
+        bad, threads = 40, 4
+        s = self.run_script(THREADED_THROW_SCRIPT.format(bad=bad, threads=threads),
+                            "--torch-ops", "mm")
+        self.assertIn(f"failed {bad * threads}", s.stdout)
+        self.assertEqual(s.summary["layers"]["torch"]["calls_unwound"], bad * threads)
         self.assertSessionComplete(s)
 
     def test_bad_filter_is_a_usage_error(self):
