@@ -30,8 +30,6 @@ extern char** environ;
 namespace eacgm {
 namespace {
 
-constexpr const char* kLoaderPath = "/lib64/ld-linux-x86-64.so.2";
-
 uint64_t monotonic_ns() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -43,11 +41,6 @@ int64_t realtime_offset_ns() {
   clock_gettime(CLOCK_MONOTONIC, &mono);
   clock_gettime(CLOCK_REALTIME, &real);
   return (int64_t{real.tv_sec} - mono.tv_sec) * 1000000000ll + (real.tv_nsec - mono.tv_nsec);
-}
-
-int fail(const std::string& message) {
-  fmt::print(stderr, "eacgm: error: {}\n", message);
-  return kExitUsage;
 }
 
 Result<void> prepare_output_dir(const std::string& dir) {
@@ -94,8 +87,9 @@ class TraceRun {
   // Returns an exit code on failure.
   std::optional<int> start() {
     const Privileges privileges = current_privileges();
-    if (!privileges.sufficient()) return fail(privileges.explain());
-    if (auto r = prepare_output_dir(options_.out_dir); !r) return fail(r.error().message);
+    if (!privileges.sufficient()) return fail(kExitUsage, privileges.explain());
+    if (auto r = prepare_output_dir(options_.out_dir); !r)
+      return fail(kExitUsage, r.error().message);
 
     session_.version = EACGM_VERSION;
     session_.realtime_offset_ns = realtime_offset_ns();
@@ -108,7 +102,7 @@ class TraceRun {
     std::set<Layer> bpf_layers = options_.layers;
     bpf_layers.erase(Layer::kGpu);  // NVML, read from user space: no BPF program
     auto torch_ops = TorchOpFilter::parse(options_.torch_ops);
-    if (!torch_ops) return fail(torch_ops.error().message);
+    if (!torch_ops) return fail(kExitUsage, torch_ops.error().message);
     Tracer::Options topts{.layers = bpf_layers,
                           .stop_on_dlopen = options_.stop_on_dlopen,
                           .btf_path = options_.btf_path,
@@ -116,7 +110,7 @@ class TraceRun {
                           .torch_ops = std::move(*torch_ops)};
     auto tracer =
         Tracer::open(topts, [this](std::span<const std::byte> d) { recorder_.handle(d); });
-    if (!tracer) return fail(tracer.error().message);
+    if (!tracer) return fail(kExitUsage, tracer.error().message);
     tracer_ = std::move(*tracer);
     recorder_.set_tracer(tracer_.get());
     for (const std::string& warning : tracer_->warnings()) {
@@ -136,9 +130,9 @@ class TraceRun {
     }
 
     auto sqlite = SqliteWriter::open(options_.out_dir + "/events.sqlite");
-    if (!sqlite) return fail(sqlite.error().message);
+    if (!sqlite) return fail(kExitUsage, sqlite.error().message);
     auto perfetto = PerfettoWriter::open(options_.out_dir + "/trace.perfetto-trace");
-    if (!perfetto) return fail(perfetto.error().message);
+    if (!perfetto) return fail(kExitUsage, perfetto.error().message);
     // Written on a thread of their own: the reader keeps up with the ring buffer.
     std::vector<std::unique_ptr<Sink>> files;
     files.push_back(std::move(*sqlite));
@@ -311,7 +305,7 @@ std::vector<uint32_t> process_tree(uint32_t root) {
 
 int run_record(const TraceOptions& options, const std::vector<std::string>& command) {
   if (command.empty())
-    return fail("no command to record; usage: eacgm record -o DIR -- CMD ARGS...");
+    return fail(kExitUsage, "no command to record; usage: eacgm record -o DIR -- CMD ARGS...");
 
   // Block the signals the loop reads from a signalfd; the job gets the
   // original mask back before exec.
@@ -326,10 +320,10 @@ int run_record(const TraceOptions& options, const std::vector<std::string>& comm
   // The child waits on `go` until every probe is in place, then execs.
   int go[2], exec_error[2];
   if (pipe2(go, O_CLOEXEC) != 0 || pipe2(exec_error, O_CLOEXEC) != 0) {
-    return fail(fmt::format("pipe: {}", std::strerror(errno)));
+    return fail(kExitUsage, fmt::format("pipe: {}", std::strerror(errno)));
   }
   const pid_t child = fork();
-  if (child < 0) return fail(fmt::format("fork: {}", std::strerror(errno)));
+  if (child < 0) return fail(kExitUsage, fmt::format("fork: {}", std::strerror(errno)));
   if (child == 0) {
     close(go[1]);
     close(exec_error[0]);
@@ -349,7 +343,7 @@ int run_record(const TraceOptions& options, const std::vector<std::string>& comm
 
   if (auto r = run.tracer().add_target(static_cast<uint32_t>(child)); !r) {
     kill(child, SIGKILL);
-    return fail(r.error().message);
+    return fail(kExitUsage, r.error().message);
   }
   run.recorder().watch_process(static_cast<uint32_t>(child), monotonic_ns());
   run.recorder().attach_search_path_libraries(own_environment());
@@ -408,9 +402,9 @@ int run_record(const TraceOptions& options, const std::vector<std::string>& comm
 
 int run_attach(const TraceOptions& options, int pid, std::optional<double> duration_s) {
   if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) {
-    return fail(fmt::format("no process with pid {}", pid));
+    return fail(kExitUsage, fmt::format("no process with pid {}", pid));
   }
-  if (duration_s && *duration_s <= 0) return fail("the duration must be positive");
+  if (duration_s && *duration_s <= 0) return fail(kExitUsage, "the duration must be positive");
   sigset_t old_mask;
   sigset_t wanted = loop_signals();
   sigprocmask(SIG_BLOCK, &wanted, &old_mask);
@@ -419,7 +413,7 @@ int run_attach(const TraceOptions& options, int pid, std::optional<double> durat
   if (auto code = run.start()) return *code;
   const uint64_t start = monotonic_ns();
   for (uint32_t p : process_tree(static_cast<uint32_t>(pid))) {
-    if (auto r = run.tracer().add_target(p); !r) return fail(r.error().message);
+    if (auto r = run.tracer().add_target(p); !r) return fail(kExitUsage, r.error().message);
     run.session().attached_pids.push_back(p);
     run.recorder().watch_process(p, 0);
   }

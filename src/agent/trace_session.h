@@ -7,16 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "common/exit_codes.h"
 #include "probes/probe_table.h"
 
 namespace eacgm {
-
-// Exit code for bad input: flags, a missing target, no privileges, an
-// unwritable directory, a kernel that cannot trace.
-inline constexpr int kExitUsage = 2;
-// Every other command: done, or failed on good input (a write error, a model that does not fit).
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailed = 1;
 
 struct TraceOptions {
   std::string out_dir;

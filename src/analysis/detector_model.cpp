@@ -16,8 +16,6 @@
 namespace eacgm {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
 // Mean and standard deviation of the non-NaN entries of a column; NaN mean when there are none.
 std::pair<double, double> mean_std(const Eigen::VectorXd& column) {
   double sum = 0, sum_sq = 0;

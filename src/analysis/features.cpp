@@ -20,7 +20,6 @@ constexpr std::array<std::string_view, kWindowFeatureCount> kNames = {
     "error_rate"};
 
 constexpr double kMiB = 1048576.0;
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 }  // namespace
 

@@ -55,6 +55,9 @@ inline EventFeatures event_features(const CallSample& c) {
   return {log_ns(c.duration_ns), std::log1p(static_cast<double>(c.bytes))};
 }
 
+// What a window feature, a statistic of nothing or a missing reading is: NaN (see below).
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
 // The window features, in vector order. A feature that a window cannot have (no launch in it, no
 // NCCL at all) is NaN: the scaler imputes it as "typical", so absence alone is never an anomaly
 // (an absent *rate* is 0, not NaN: no calls at all is exactly what a throughput drop looks like).

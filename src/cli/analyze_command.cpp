@@ -39,16 +39,11 @@ struct AnalyzeArgs {
   LearnArgs learn;
 };
 
-struct FitArgs {
+struct ModelFitArgs {
   std::vector<std::string> sessions;
   std::string output;
   LearnArgs learn;
 };
-
-int fail(int code, const std::string& message) {
-  fmt::print(stderr, "eacgm: error: {}\n", message);
-  return code;
-}
 
 BaselineOptions baseline_options(const LearnArgs& a) {
   BaselineOptions o;
@@ -149,7 +144,7 @@ int run_analyze(const AnalyzeArgs& args) {
   return kExitOk;
 }
 
-int run_model_fit(const FitArgs& args) {
+int run_model_fit(const ModelFitArgs& args) {
   std::map<std::string, std::vector<Window>> windows;
   const auto width = static_cast<uint64_t>(args.learn.window_s * 1e9);
   // The windows' API names point into their session: keep every session until the fit is done.
@@ -190,15 +185,6 @@ int run_model_fit(const FitArgs& args) {
   return kExitOk;
 }
 
-template <typename Fn>
-int guarded(Fn&& fn) {
-  try {
-    return fn();
-  } catch (const std::exception& e) {
-    return fail(kExitFailed, e.what());
-  }
-}
-
 }  // namespace
 
 void add_analyze_commands(CLI::App& app, std::function<int()>& run) {
@@ -227,7 +213,7 @@ void add_analyze_commands(CLI::App& app, std::function<int()>& run) {
 
   CLI::App* model = app.add_subcommand("model", "anomaly models learned from healthy sessions");
   model->require_subcommand(1);
-  auto fit_args = std::make_shared<FitArgs>();
+  auto fit_args = std::make_shared<ModelFitArgs>();
   CLI::App* fit =
       model->add_subcommand("fit", "learn each worker's baseline from healthy sessions");
   fit->add_option("sessions", fit_args->sessions, "session directories")->required();

@@ -300,17 +300,6 @@ int run_score(const ScoreArgs& args) {
   return kExitOk;
 }
 
-// Whatever escapes (only std::bad_alloc is expected) becomes a message, never a crash.
-template <typename Fn>
-int guarded(Fn&& fn) {
-  try {
-    return fn();
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "eacgm gmm: error: {}\n", e.what());
-    return kExitFailed;
-  }
-}
-
 }  // namespace
 
 void add_gmm_command(CLI::App& app, std::function<int()>& run) {
@@ -350,7 +339,7 @@ void add_gmm_command(CLI::App& app, std::function<int()>& run) {
   fit->add_flag("--timing", fit_args->timing, "print how long each phase took (stderr)");
   fit->callback([fit_args, covariance, &run] {
     fit_args->covariance_given = covariance->count() > 0;
-    run = [fit_args] { return guarded([&] { return run_fit(*fit_args); }); };
+    run = [fit_args] { return guarded([&] { return run_fit(*fit_args); }, "eacgm gmm"); };
   });
 
   auto score_args = std::make_shared<ScoreArgs>();
@@ -367,7 +356,7 @@ void add_gmm_command(CLI::App& app, std::function<int()>& run) {
   score->add_flag("--timing", score_args->timing,
                   "print how long each phase took and the scoring rate (stderr)");
   score->callback([score_args, &run] {
-    run = [score_args] { return guarded([&] { return run_score(*score_args); }); };
+    run = [score_args] { return guarded([&] { return run_score(*score_args); }, "eacgm gmm"); };
   });
 }
 

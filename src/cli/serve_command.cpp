@@ -23,7 +23,6 @@
 namespace eacgm {
 namespace {
 
-constexpr const char* kLoaderPath = "/lib64/ld-linux-x86-64.so.2";
 // Processes that mapped no traced library are looked at again this often
 // (PyTorch loads CUDA lazily); new pids at every scan.
 constexpr uint64_t kRecheckNs = 2'000'000'000;
@@ -43,11 +42,6 @@ uint64_t clock_ns(clockid_t clock) {
   timespec ts{};
   clock_gettime(clock, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-int fail(const std::string& message) {
-  fmt::print(stderr, "eacgm: error: {}\n", message);
-  return kExitUsage;
 }
 
 // The agent's state between scans: which processes it follows, who they are.
@@ -165,15 +159,15 @@ class Agent {
 
 int run_serve(const ServeOptions& options) {
   auto listen = parse_listen_address(options.listen);
-  if (!listen) return fail(listen.error().message);
+  if (!listen) return fail(kExitUsage, listen.error().message);
   std::optional<std::string> cgroup;
   if (!options.cgroup.empty()) {
     auto resolved = resolve_cgroup(options.cgroup);
-    if (!resolved) return fail(resolved.error().message);
+    if (!resolved) return fail(kExitUsage, resolved.error().message);
     cgroup = *resolved;
   }
   const Privileges privileges = current_privileges();
-  if (!privileges.sufficient()) return fail(privileges.explain());
+  if (!privileges.sufficient()) return fail(kExitUsage, privileges.explain());
 
   // Before any thread exists (HTTP, NVML sampler), so the signals reach only the signalfd.
   sigset_t signals;
@@ -209,7 +203,7 @@ int run_serve(const ServeOptions& options) {
   auto http = HttpServer::start(*listen, handlers);
   if (!http) {
     sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-    return fail(http.error().message);
+    return fail(kExitUsage, http.error().message);
   }
 
   OsMonitor::Options os_monitor;
@@ -227,7 +221,7 @@ int run_serve(const ServeOptions& options) {
                              [&recorder](std::span<const std::byte> d) { recorder.handle(d); });
   if (!tracer) {
     sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-    return fail(tracer.error().message);
+    return fail(kExitUsage, tracer.error().message);
   }
   recorder.set_tracer(tracer->get());
   for (const std::string& warning : (*tracer)->warnings()) {
@@ -329,11 +323,12 @@ void add_serve_command(CLI::App& app, std::function<int()>& run, LayerParser par
     run = [args, parse_layers] {
       std::string error;
       auto layers = parse_layers(args->layers, error);
-      if (!layers) return fail(error);
+      if (!layers) return fail(kExitUsage, error);
       // Per-function figures have no bounded set of Prometheus labels, and per-thread
       // sampling of every Python process on a node is a profiler's job: record or attach.
       if (layers->contains(Layer::kPython)) {
         return fail(
+            kExitUsage,
             "the python layer is for `eacgm record` and `eacgm attach` (per-function figures "
             "have no bounded set of metric labels); serve traces cuda, nccl, torch, os, gpu");
       }

@@ -63,29 +63,10 @@ Result<std::unique_ptr<ElfHandle>> open_elf(const std::string& path) {
   return handle;
 }
 
-// The file image of one PT_LOAD segment.
-struct LoadSegment {
-  uint64_t vaddr;
-  uint64_t offset;
-  uint64_t filesz;
-};
-
-std::vector<LoadSegment> load_segments(Elf* elf) {
-  std::vector<LoadSegment> segments;
-  size_t count = 0;
-  if (elf_getphdrnum(elf, &count) != 0) return segments;
-  for (size_t i = 0; i < count; ++i) {
-    GElf_Phdr phdr;
-    if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr) continue;
-    if (phdr.p_type == PT_LOAD) segments.push_back({phdr.p_vaddr, phdr.p_offset, phdr.p_filesz});
-  }
-  return segments;
-}
-
 // File offset of `address`, from the segment whose file image contains it.
-std::optional<uint64_t> address_to_offset(const std::vector<LoadSegment>& segments,
+std::optional<uint64_t> address_to_offset(const std::vector<ElfLoadSegment>& segments,
                                           uint64_t address) {
-  for (const LoadSegment& seg : segments) {
+  for (const ElfLoadSegment& seg : segments) {
     if (address >= seg.vaddr && address - seg.vaddr < seg.filesz) {
       return address - seg.vaddr + seg.offset;
     }
@@ -110,8 +91,9 @@ struct SymbolTable {
 // Adds one symbol table's functions to `out`, deduplicating by name through `by_name`. `rank` of
 // an entry is 1 for a default (or unversioned) definition, 0 for a non-default version; a higher
 // rank replaces a lower one, otherwise the first seen wins.
-void collect_functions(Elf* elf, const SymbolTable& table, const std::vector<LoadSegment>& segments,
-                       std::vector<ElfSymbol>& out, std::vector<uint8_t>& ranks,
+void collect_functions(Elf* elf, const SymbolTable& table,
+                       const std::vector<ElfLoadSegment>& segments, std::vector<ElfSymbol>& out,
+                       std::vector<uint8_t>& ranks,
                        std::unordered_map<std::string_view, size_t>& by_name) {
   GElf_Shdr shdr;
   if (gelf_getshdr(table.symbols, &shdr) == nullptr) return;
@@ -158,6 +140,20 @@ void collect_functions(Elf* elf, const SymbolTable& table, const std::vector<Loa
 
 }  // namespace
 
+std::vector<ElfLoadSegment> load_segments(Elf* elf) {
+  std::vector<ElfLoadSegment> segments;
+  size_t count = 0;
+  if (elf_getphdrnum(elf, &count) != 0) return segments;
+  for (size_t i = 0; i < count; ++i) {
+    GElf_Phdr phdr;
+    if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_LOAD) {
+      continue;
+    }
+    segments.push_back({phdr.p_vaddr, phdr.p_memsz, phdr.p_offset, phdr.p_filesz});
+  }
+  return segments;
+}
+
 // The contents of a section, as libelf hands them over (converted to memory byte order, which
 // for the little-endian files we accept is the file's).
 std::string_view section_bytes(Elf_Scn* scn) {
@@ -193,7 +189,7 @@ Result<std::vector<ElfSymbol>> read_function_symbols(const std::string& path) {
     if (dynsym.symbols != nullptr && link == elf_ndxscn(dynsym.symbols)) dynsym.versions = scn;
   }
 
-  const std::vector<LoadSegment> segments = load_segments(elf);
+  const std::vector<ElfLoadSegment> segments = load_segments(elf);
   std::vector<ElfSymbol> symbols;
   std::vector<uint8_t> ranks;
   // Keys view the string tables, which live as long as `opened`.

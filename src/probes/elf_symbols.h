@@ -16,6 +16,7 @@
 
 #include "common/result.h"
 
+struct Elf;      // libelf
 struct Elf_Scn;  // libelf
 
 namespace eacgm {
@@ -48,6 +49,18 @@ std::optional<std::string> read_soname(const std::string& path);
 // The contents of a section, as libelf hands them over (converted to memory byte order, which
 // for the little-endian files we accept is the file's); empty for a null section.
 std::string_view section_bytes(Elf_Scn* scn);
+
+// A PT_LOAD segment of an ELF file.
+struct ElfLoadSegment {
+  uint64_t vaddr;
+  uint64_t memsz;
+  uint64_t offset;
+  uint64_t filesz;
+};
+
+// The PT_LOAD segments of an open ELF file, in program-header order; empty when it has none or
+// its program headers cannot be read.
+std::vector<ElfLoadSegment> load_segments(Elf* elf);
 
 // The NUL-terminated string at `offset` of a string table; empty if out of bounds or unterminated.
 std::string_view string_at(std::string_view table, uint64_t offset);

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
+#include <span>
+#include <string_view>
 #include <utility>
 
 namespace eacgm {
@@ -173,33 +176,57 @@ const std::vector<ProbeSpec>& nccl_table() {
        .role = CallRole::kCommDestroy,
        .comm_slot = kRdi},
       collective("ncclAllReduce",
-                 {send, recv, {"count", kRdx, ArgFormat::kSize}, dtype,
-                  {"op", kR8, ArgFormat::kNcclRedOp}, {"comm", kR9, ArgFormat::kPointer},
+                 {send,
+                  recv,
+                  {"count", kRdx, ArgFormat::kSize},
+                  dtype,
+                  {"op", kR8, ArgFormat::kNcclRedOp},
+                  {"comm", kR9, ArgFormat::kPointer},
                   {"stream", kStack0, ArgFormat::kPointer}},
                  kR9),
       collective("ncclBroadcast",
-                 {send, recv, {"count", kRdx, ArgFormat::kSize}, dtype,
-                  {"root", kR8, ArgFormat::kInt}, {"comm", kR9, ArgFormat::kPointer},
+                 {send,
+                  recv,
+                  {"count", kRdx, ArgFormat::kSize},
+                  dtype,
+                  {"root", kR8, ArgFormat::kInt},
+                  {"comm", kR9, ArgFormat::kPointer},
                   {"stream", kStack0, ArgFormat::kPointer}},
                  kR9),
       collective("ncclReduce",
-                 {send, recv, {"count", kRdx, ArgFormat::kSize}, dtype,
-                  {"op", kR8, ArgFormat::kNcclRedOp}, {"root", kR9, ArgFormat::kInt},
-                  {"comm", kStack0, ArgFormat::kPointer}, {"stream", kStack1, ArgFormat::kPointer}},
+                 {send,
+                  recv,
+                  {"count", kRdx, ArgFormat::kSize},
+                  dtype,
+                  {"op", kR8, ArgFormat::kNcclRedOp},
+                  {"root", kR9, ArgFormat::kInt},
+                  {"comm", kStack0, ArgFormat::kPointer},
+                  {"stream", kStack1, ArgFormat::kPointer}},
                  kStack0),
       collective("ncclAllGather",
-                 {send, recv, {"sendcount", kRdx, ArgFormat::kSize}, dtype,
-                  {"comm", kR8, ArgFormat::kPointer}, {"stream", kR9, ArgFormat::kPointer}},
+                 {send,
+                  recv,
+                  {"sendcount", kRdx, ArgFormat::kSize},
+                  dtype,
+                  {"comm", kR8, ArgFormat::kPointer},
+                  {"stream", kR9, ArgFormat::kPointer}},
                  kR8),
       collective("ncclReduceScatter",
-                 {send, recv, {"recvcount", kRdx, ArgFormat::kSize}, dtype,
-                  {"op", kR8, ArgFormat::kNcclRedOp}, {"comm", kR9, ArgFormat::kPointer},
+                 {send,
+                  recv,
+                  {"recvcount", kRdx, ArgFormat::kSize},
+                  dtype,
+                  {"op", kR8, ArgFormat::kNcclRedOp},
+                  {"comm", kR9, ArgFormat::kPointer},
                   {"stream", kStack0, ArgFormat::kPointer}},
                  kR9),
       {.symbol = "ncclSend",
        .layer = Layer::kNccl,
-       .args = {send, {"count", kRsi, ArgFormat::kSize}, {"datatype", kRdx, ArgFormat::kNcclDataType},
-                {"peer", kRcx, ArgFormat::kInt}, {"comm", kR8, ArgFormat::kPointer},
+       .args = {send,
+                {"count", kRsi, ArgFormat::kSize},
+                {"datatype", kRdx, ArgFormat::kNcclDataType},
+                {"peer", kRcx, ArgFormat::kInt},
+                {"comm", kR8, ArgFormat::kPointer},
                 {"stream", kR9, ArgFormat::kPointer}},
        .bytes_slot = kRsi,
        .dtype_slot = kRdx,
@@ -207,9 +234,12 @@ const std::vector<ProbeSpec>& nccl_table() {
        .comm_slot = kR8},
       {.symbol = "ncclRecv",
        .layer = Layer::kNccl,
-       .args = {{"recvbuff", kRdi, ArgFormat::kPointer}, {"count", kRsi, ArgFormat::kSize},
-                {"datatype", kRdx, ArgFormat::kNcclDataType}, {"peer", kRcx, ArgFormat::kInt},
-                {"comm", kR8, ArgFormat::kPointer}, {"stream", kR9, ArgFormat::kPointer}},
+       .args = {{"recvbuff", kRdi, ArgFormat::kPointer},
+                {"count", kRsi, ArgFormat::kSize},
+                {"datatype", kRdx, ArgFormat::kNcclDataType},
+                {"peer", kRcx, ArgFormat::kInt},
+                {"comm", kR8, ArgFormat::kPointer},
+                {"stream", kR9, ArgFormat::kPointer}},
        .bytes_slot = kRsi,
        .dtype_slot = kRdx,
        .role = CallRole::kPointToPoint,
@@ -221,13 +251,13 @@ const std::vector<ProbeSpec>& nccl_table() {
 }
 
 constexpr std::string_view kNcclResults[] = {
-    "ncclSuccess",       "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError",
-    "ncclInvalidArgument", "ncclInvalidUsage",     "ncclRemoteError", "ncclInProgress"};
+    "ncclSuccess",         "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError",
+    "ncclInvalidArgument", "ncclInvalidUsage",       "ncclRemoteError", "ncclInProgress"};
 
 // ncclDataType_t values 0..11 from nccl.h, with their sizes.
 constexpr std::pair<std::string_view, uint64_t> kNcclTypes[] = {
-    {"ncclInt8", 1},    {"ncclUint8", 1},   {"ncclInt32", 4},    {"ncclUint32", 4},
-    {"ncclInt64", 8},   {"ncclUint64", 8},  {"ncclFloat16", 2},  {"ncclFloat32", 4},
+    {"ncclInt8", 1},    {"ncclUint8", 1},    {"ncclInt32", 4},      {"ncclUint32", 4},
+    {"ncclInt64", 8},   {"ncclUint64", 8},   {"ncclFloat16", 2},    {"ncclFloat32", 4},
     {"ncclFloat64", 8}, {"ncclBfloat16", 2}, {"ncclFloat8e4m3", 1}, {"ncclFloat8e5m2", 1}};
 
 constexpr std::string_view kNcclOps[] = {"ncclSum", "ncclProd", "ncclMax", "ncclMin", "ncclAvg"};
@@ -378,6 +408,15 @@ std::string dim3_text(uint64_t xy, uint64_t z) {
                      static_cast<uint32_t>(z));
 }
 
+constexpr LayerLibrary kLayerLibraries[] = {
+    {Layer::kCuda, "libcudart.so"},
+    {Layer::kNccl, "libnccl.so"},
+    // ATen operators' entry points are in libtorch_cpu whatever the device; a libtorch_cuda
+    // that exports any is probed too.
+    {Layer::kTorch, "libtorch_cpu.so"},
+    {Layer::kTorch, "libtorch_cuda.so"},
+};
+
 }  // namespace
 
 std::string_view layer_name(Layer layer) {
@@ -421,9 +460,10 @@ uint8_t bpf_row_flags(const ProbeSpec& spec) {
   const auto on_stack = [](Slot slot) { return slot == kStack0 || slot == kStack1; };
   // A communicator's 128-byte ncclUniqueId is passed in memory: its first 16
   // bytes, the two stack words, name the communicator across processes.
-  bool stack = spec.role == CallRole::kCommInit || on_stack(spec.bytes_slot) || on_stack(spec.dtype_slot) ||
-               on_stack(spec.out_slot) || on_stack(spec.memory_ptr_slot) ||
-               on_stack(spec.comm_slot) || on_stack(spec.rank_slot) || on_stack(spec.nranks_slot);
+  bool stack = spec.role == CallRole::kCommInit || on_stack(spec.bytes_slot) ||
+               on_stack(spec.dtype_slot) || on_stack(spec.out_slot) ||
+               on_stack(spec.memory_ptr_slot) || on_stack(spec.comm_slot) ||
+               on_stack(spec.rank_slot) || on_stack(spec.nranks_slot);
   for (const ArgSpec& arg : spec.args) {
     // A dim3's z is in the slot after its own: r9's is the first stack word.
     stack |= on_stack(arg.slot) || (arg.format == ArgFormat::kDim3 && arg.slot == kR9);
@@ -475,7 +515,8 @@ std::vector<DecodedArg> decode_args(const ProbeSpec& spec, const RawCall& call) 
       case ArgFormat::kNcclRedOp: {
         const auto op = static_cast<uint32_t>(v);
         // Ops past ncclAvg are user-defined (ncclRedOpCreatePreMulSum).
-        d.text = op < std::size(kNcclOps) ? std::string(kNcclOps[op]) : fmt::format("custom({})", op);
+        d.text =
+            op < std::size(kNcclOps) ? std::string(kNcclOps[op]) : fmt::format("custom({})", op);
         break;
       }
     }
@@ -501,7 +542,7 @@ std::string_view nccl_type_name(uint64_t datatype) {
 
 std::string_view nccl_result_name(int64_t code) {
   return code >= 0 && code < static_cast<int64_t>(std::size(kNcclResults)) ? kNcclResults[code]
-                                                                             : "ncclUnknownResult";
+                                                                           : "ncclUnknownResult";
 }
 
 std::string status_name(Layer layer, int64_t code) {
@@ -524,6 +565,23 @@ std::string_view cuda_error_name(int64_t code) {
 
 std::string_view memcpy_kind_name(uint64_t kind) {
   return kind < std::size(kMemcpyKinds) ? kMemcpyKinds[kind] : "cudaMemcpyInvalidKind";
+}
+
+std::span<const LayerLibrary> layer_libraries() { return kLayerLibraries; }
+
+std::optional<Layer> library_layer(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  const std::string_view base = slash == std::string_view::npos ? path : path.substr(slash + 1);
+  for (const LayerLibrary& lib : kLayerLibraries) {
+    if (base.starts_with(lib.file_prefix)) return lib.layer;
+  }
+  return std::nullopt;
+}
+
+bool is_unwinder_library(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  const std::string_view base = slash == std::string_view::npos ? path : path.substr(slash + 1);
+  return base.starts_with("libgcc_s.so") || base.starts_with("libunwind.so");
 }
 
 }  // namespace eacgm

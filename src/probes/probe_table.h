@@ -33,13 +33,13 @@ std::optional<Layer> layer_from_name(std::string_view name);
 enum Slot : uint8_t { kRdi = 0, kRsi, kRdx, kRcx, kR8, kR9, kStack0, kStack1, kNoSlot = 0xff };
 
 enum class ArgFormat : uint8_t {
-  kInt,         // signed 32-bit value
-  kUInt,        // unsigned 64-bit value
-  kPointer,     // shown as hex
-  kSize,        // byte count
-  kMemcpyKind,  // cudaMemcpyKind, shown by name
-  kDim3,        // a dim3 passed by value: x and y packed in `slot`, z in the next slot
-  kOutPointer,  // a T** whose pointee is read at return (shown as the value written)
+  kInt,           // signed 32-bit value
+  kUInt,          // unsigned 64-bit value
+  kPointer,       // shown as hex
+  kSize,          // byte count
+  kMemcpyKind,    // cudaMemcpyKind, shown by name
+  kDim3,          // a dim3 passed by value: x and y packed in `slot`, z in the next slot
+  kOutPointer,    // a T** whose pointee is read at return (shown as the value written)
   kNcclDataType,  // ncclDataType_t, shown by name
   kNcclRedOp,     // ncclRedOp_t, shown by name
 };
@@ -73,13 +73,24 @@ struct ProbeSpec {
   bool returns_status = true;      // return value is a 32-bit status code, 0 = success
   bool emit_entry = false;         // announce the start (the call may never return)
   CallRole role = CallRole::kPlain;
-  Slot comm_slot = kNoSlot;        // the communicator handle
-  Slot rank_slot = kNoSlot;        // kCommInit: this process's rank
-  Slot nranks_slot = kNoSlot;      // kCommInit: the communicator's size
+  Slot comm_slot = kNoSlot;    // the communicator handle
+  Slot rank_slot = kNoSlot;    // kCommInit: this process's rank
+  Slot nranks_slot = kNoSlot;  // kCommInit: the communicator's size
 };
 
 // The rows of one layer; a row's index is its attach cookie and func_id.
 std::span<const ProbeSpec> probe_table(Layer layer);
+
+// Which library files belong to which layer, by file name prefix.
+struct LayerLibrary {
+  Layer layer;
+  std::string_view file_prefix;
+};
+std::span<const LayerLibrary> layer_libraries();
+std::optional<Layer> library_layer(std::string_view path);
+// Whether a file is a C++ unwinder (libgcc_s, LLVM's libunwind), which the torch layer must
+// guard (see Tracer::attach_unwind_guard).
+bool is_unwinder_library(std::string_view path);
 
 // The row's EACGM_ROW_* flags for the BPF side (bpf/events.h): whether its
 // start is announced and whether any slot it reads is on the stack.

@@ -26,15 +26,6 @@
 namespace eacgm {
 namespace {
 
-constexpr LayerLibrary kLayerLibraries[] = {
-    {Layer::kCuda, "libcudart.so"},
-    {Layer::kNccl, "libnccl.so"},
-    // ATen operators' entry points are in libtorch_cpu whatever the device; a libtorch_cuda
-    // that exports any is probed too.
-    {Layer::kTorch, "libtorch_cpu.so"},
-    {Layer::kTorch, "libtorch_cuda.so"},
-};
-
 // libbpf's diagnostics are collected and shown only when loading fails (or
 // with --verbose): a user needs them to understand a BTF or verifier error.
 std::string& libbpf_log() {
@@ -99,23 +90,6 @@ uint64_t sum_per_cpu(const bpf_map* map) {
 }
 
 }  // namespace
-
-std::span<const LayerLibrary> layer_libraries() { return kLayerLibraries; }
-
-std::optional<Layer> library_layer(std::string_view path) {
-  const size_t slash = path.rfind('/');
-  const std::string_view base = slash == std::string_view::npos ? path : path.substr(slash + 1);
-  for (const LayerLibrary& lib : kLayerLibraries) {
-    if (base.starts_with(lib.file_prefix)) return lib.layer;
-  }
-  return std::nullopt;
-}
-
-bool is_unwinder_library(std::string_view path) {
-  const size_t slash = path.rfind('/');
-  const std::string_view base = slash == std::string_view::npos ? path : path.substr(slash + 1);
-  return base.starts_with("libgcc_s.so") || base.starts_with("libunwind.so");
-}
 
 // The entry and return programs of one layer's loaded object.
 struct LayerPrograms {

@@ -24,16 +24,9 @@ struct bpf_object_open_opts;
 
 namespace eacgm {
 
-// Which library files belong to which layer, by file name prefix.
-struct LayerLibrary {
-  Layer layer;
-  std::string_view file_prefix;
-};
-std::span<const LayerLibrary> layer_libraries();
-std::optional<Layer> library_layer(std::string_view path);
-// Whether a file is a C++ unwinder (libgcc_s, LLVM's libunwind), which the torch layer must
-// guard (see Tracer::attach_unwind_guard).
-bool is_unwinder_library(std::string_view path);
+// The dynamic loader whose _dl_debug_state eacgm probes (attach_loader), to see every library a
+// target maps before its code runs.
+inline constexpr const char* kLoaderPath = "/lib64/ld-linux-x86-64.so.2";
 
 struct TracedLibrary {
   Layer layer;

@@ -177,20 +177,6 @@ std::vector<std::string> python_usdt_probes(Elf_Scn* notes) {
   return probes;
 }
 
-std::vector<ElfLoadSegment> load_segments(Elf* elf) {
-  std::vector<ElfLoadSegment> segments;
-  size_t count = 0;
-  if (elf_getphdrnum(elf, &count) != 0) return segments;
-  for (size_t i = 0; i < count; ++i) {
-    GElf_Phdr phdr;
-    if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_LOAD) {
-      continue;
-    }
-    segments.push_back({phdr.p_vaddr, phdr.p_memsz, phdr.p_offset, phdr.p_filesz});
-  }
-  return segments;
-}
-
 // Whether a mapping of `file` shows its byte at `offset` at address `address`.
 bool maps_offset_at(const MappedFile& file, uint64_t offset, uint64_t address) {
   for (const FileMapping& m : file.mappings) {

@@ -12,17 +12,10 @@
 #include <vector>
 
 #include "common/result.h"
+#include "probes/elf_symbols.h"
 #include "probes/library_finder.h"
 
 namespace eacgm {
-
-// A PT_LOAD segment of an ELF file.
-struct ElfLoadSegment {
-  uint64_t vaddr;
-  uint64_t memsz;
-  uint64_t offset;
-  uint64_t filesz;
-};
 
 struct PythonInterpreter {
   std::string path;  // as given to inspect_interpreter

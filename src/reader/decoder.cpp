@@ -164,7 +164,10 @@ Result<Event> decode_oom(std::span<const std::byte> data) {
   const uint32_t names = std::min<uint32_t>(r.cgroup_names, EACGM_CGROUP_DEPTH);
   std::string path = names < r.cgroup_level ? "/..." : "";
   for (uint32_t i = names; i-- > 0;) {
-    path += "/" + c_string(r.cgroup[i], EACGM_CGROUP_NAME_LEN);
+    // Appended piece by piece: `"/" + string` makes GCC 12 at -O3 warn -Wrestrict (a false
+    // positive of its string inlining, GCC bug 105329).
+    path += '/';
+    path += c_string(r.cgroup[i], EACGM_CGROUP_NAME_LEN);
   }
   e.cgroup = path.empty() ? "/" : path;
   return Event{e};

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "probes/library_finder.h"
-#include "probes/tracer.h"
+#include "probes/probe_table.h"
 
 namespace eacgm {
 namespace {

@@ -12,6 +12,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+import eacgm_testlib  # noqa: E402
 from eacgm_testlib import EACGM, SIMTRAIN, EacgmTest, require_root  # noqa: E402
 
 # About 4.1 ms per step: 4000 steps last ~17 s, i.e. a setup second, 10 warm-up windows, then
@@ -140,4 +141,4 @@ class Analysis(EacgmTest):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    eacgm_testlib.main()

@@ -10,6 +10,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+import eacgm_testlib  # noqa: E402
 from eacgm_testlib import (BASIC_SEQUENCE, CUDA_CALLS, REAL_CUDART, SIM_CUDART, EacgmTest,  # noqa: E402
                            require_root, bpf_links_of, live_bpf_links, wait_for_line, EACGM)
 
@@ -213,4 +214,4 @@ class RealNvidiaRuntime(EacgmTest):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    eacgm_testlib.main()

@@ -11,6 +11,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+import eacgm_testlib  # noqa: E402
 from eacgm_testlib import (BASIC_SEQUENCE, CUDA_CALLS, EACGM, SIM_CUDART, SIM_LIB_DIR,  # noqa: E402
                            EacgmTest, Session, require_root)
 
@@ -261,4 +262,4 @@ class GpuLayer(EacgmTest):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    eacgm_testlib.main()

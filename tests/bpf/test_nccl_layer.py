@@ -12,6 +12,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+import eacgm_testlib  # noqa: E402
 from eacgm_testlib import (EACGM, REAL_NCCL, SIMNCCL_JOB, EacgmTest, Session,  # noqa: E402
                            require_root)
 
@@ -230,4 +231,4 @@ class RealNvidiaNccl(EacgmTest):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    eacgm_testlib.main()

@@ -12,6 +12,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+import eacgm_testlib  # noqa: E402
 from eacgm_testlib import (CUDA_CALLS, REAL_CUDART, SIM_CUDART, SIMTRAIN, EacgmTest,  # noqa: E402
                            require_root)
 
@@ -273,4 +274,4 @@ class OsLayer(EacgmTest):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    eacgm_testlib.main()

@@ -14,6 +14,7 @@ import textwrap
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+import eacgm_testlib  # noqa: E402
 from eacgm_testlib import EACGM, EacgmTest, Session, require_root, SIM_CUDART  # noqa: E402
 
 DEBIAN_PYTHON = "/usr/bin/python3.11"
@@ -336,4 +337,4 @@ class PythonLayer(EacgmTest):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    eacgm_testlib.main()

@@ -25,6 +25,7 @@ import urllib.request
 import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+import eacgm_testlib  # noqa: E402
 from eacgm_testlib import (EACGM, SIM_LIB_DIR, SIMNCCL_JOB, EacgmTest, bpf_links_of,  # noqa: E402
                            live_bpf_links, require_root)
 
@@ -397,4 +398,4 @@ class ServeErrors(EacgmTest):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    eacgm_testlib.main()

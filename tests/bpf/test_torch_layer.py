@@ -11,6 +11,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+import eacgm_testlib  # noqa: E402
 from eacgm_testlib import EacgmTest, require_root, EACGM  # noqa: E402
 
 PYTHON = "/usr/bin/python3.11"
@@ -275,4 +276,4 @@ print("done")
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    eacgm_testlib.main()

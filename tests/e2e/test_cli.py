@@ -6,6 +6,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+import eacgm_testlib  # noqa: E402
 from eacgm_testlib import EACGM, SIM_CUDART, SIMTRAIN, CUDA_CALLS, EacgmTest, require_root  # noqa: E402
 
 
@@ -124,4 +125,4 @@ class Commands(EacgmTest):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    eacgm_testlib.main()

@@ -7,12 +7,10 @@
 
 #include "analysis/detector_model.h"
 #include "analysis/features.h"
+#include "test_support.h"
 
 namespace eacgm {
 namespace {
-
-constexpr uint64_t kMs = 1'000'000;
-constexpr uint64_t kS = 1'000'000'000;
 
 CallSample call(std::string_view name, uint64_t start_ns, uint64_t duration_ns,
                 int64_t outstanding = 0, uint64_t bytes = 0) {

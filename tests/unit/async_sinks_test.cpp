@@ -14,8 +14,6 @@
 namespace eacgm {
 namespace {
 
-const ProbeSpec& row(std::string_view symbol) { return probe_row(Layer::kCuda, symbol); }
-
 // Remembers what it was given and where, and can be made slow or failing.
 class RecordingSink : public Sink {
  public:
@@ -55,7 +53,7 @@ CallRecord call_at(uint64_t t) {
   CallRecord c;
   c.pid = 1;
   c.tid = 1;
-  c.spec = &row("cudaLaunchKernel");
+  c.spec = &cuda_row("cudaLaunchKernel");
   c.start_ns = t;
   return c;
 }

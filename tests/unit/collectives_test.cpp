@@ -9,13 +9,10 @@
 #include <random>
 
 #include "probe_row.h"
+#include "test_support.h"
 
 namespace eacgm {
 namespace {
-
-const ProbeSpec& row(std::string_view symbol) { return probe_row(Layer::kNccl, symbol); }
-
-constexpr uint64_t kMs = 1'000'000;
 
 class Job {
  public:
@@ -24,7 +21,7 @@ class Job {
       CallRecord init;
       init.pid = pid(r);
       init.tid = pid(r);
-      init.spec = &row("ncclCommInitRank");
+      init.spec = &nccl_row("ncclCommInitRank");
       init.raw.args[kRdi] = 0x1000;
       init.raw.args[kRsi] = static_cast<uint64_t>(nranks);
       init.raw.args[kRdx] = static_cast<uint64_t>(r);
@@ -55,7 +52,7 @@ class Job {
     CallRecord c;
     c.pid = pid(rank);
     c.tid = pid(rank);
-    c.spec = &row("ncclAllReduce");
+    c.spec = &nccl_row("ncclAllReduce");
     c.start_ns = t;
     c.raw.args[kRdx] = 1 << 20;  // count
     c.raw.args[kRcx] = 7;        // ncclFloat32
@@ -258,7 +255,7 @@ class AttachedJob {
     CallRecord c;
     c.pid = pid(rank);
     c.tid = c.pid;
-    c.spec = &row("ncclAllReduce");
+    c.spec = &nccl_row("ncclAllReduce");
     c.start_ns = t;
     c.raw.args[kRdx] = 1024;
     c.raw.args[kRcx] = 7;
@@ -625,7 +622,7 @@ TEST(Collectives, TheNextJobAfterAttachIsAlignedAfresh) {
 }
 
 TEST(NcclTable, BytesForEveryDatatype) {
-  const ProbeSpec& spec = row("ncclAllReduce");
+  const ProbeSpec& spec = nccl_row("ncclAllReduce");
   const uint64_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
   for (uint64_t dtype = 0; dtype < 12; ++dtype) {
     RawCall raw;

@@ -19,19 +19,15 @@
 #include <string>
 #include <vector>
 
+#include "test_support.h"
+
 namespace eacgm {
 namespace {
 
-constexpr const char* kCudart = "/usr/local/cuda/lib64/libcudart.so.13";
 constexpr const char* kNccl = "/usr/local/cuda/lib64/libnccl.so.2";
 constexpr const char* kLibc = "/lib/x86_64-linux-gnu/libc.so.6";
 
 bool exists(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // Replaces the file rather than truncating it: ext4 flushes a file truncated and rewritten in
 // place when it is closed, which made the corruption test take seconds on a busy disk.
@@ -40,22 +36,6 @@ void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = testing::TempDir() + "eacgm_elf_XXXXXX";
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 const ElfSymbol* find(const std::vector<ElfSymbol>& symbols, const std::string& name) {
   auto it = std::find_if(symbols.begin(), symbols.end(),
@@ -218,7 +198,7 @@ std::string synthetic_library(uint16_t machine = EM_X86_64) {
 class SyntheticLibraryTest : public testing::Test {
  protected:
   void SetUp() override {
-    path_ = dir_.path() + "/libsynthetic.so.1";
+    path_ = dir_.path().string() + "/libsynthetic.so.1";
     write_bytes(path_, synthetic_library());
   }
   TempDir dir_;
@@ -339,7 +319,7 @@ TEST(ElfSymbolsTest, MissingFileIsAnErrorNamingIt) {
 
 TEST(ElfSymbolsTest, NonElfFileIsAnErrorNamingIt) {
   TempDir dir;
-  const std::string path = dir.path() + "/not_a_library.so";
+  const std::string path = dir.path().string() + "/not_a_library.so";
   write_bytes(path, "#!/bin/sh\necho this is a script, not a shared library\n");
   auto symbols = read_function_symbols(path);
   ASSERT_FALSE(symbols.ok());

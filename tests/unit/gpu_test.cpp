@@ -27,6 +27,7 @@
 #include "proto/perfetto_trace.pb.h"
 #else
 #include "perfetto_trace.pb.h"
+#include "test_support.h"
 #endif
 
 namespace eacgm {
@@ -34,8 +35,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-constexpr uint64_t kS = 1'000'000'000;
 
 GpuSample sample(uint32_t device, uint64_t ts_ns, double temperature) {
   GpuSample s;
@@ -404,19 +403,6 @@ TEST(GpuLayer, SimulatedNvmlReadingsAndXidReachTheSession) {
 }
 
 // --- Sinks ---
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "eacgm-gpu-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 GpuSample full_sample(uint64_t ts_ns) {
   GpuSample s = sample(0, ts_ns, 71);

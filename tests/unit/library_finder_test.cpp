@@ -19,39 +19,12 @@
 #include <iterator>
 #include <random>
 
+#include "test_support.h"
+
 namespace eacgm {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr const char* kCudart = "/usr/local/cuda/lib64/libcudart.so.13";
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = testing::TempDir() + "eacgm_libs_XXXXXX";
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-  // Creates `relative` (and its parents) under the temp dir; returns the full path.
-  std::string mkdirs(const std::string& relative) const {
-    std::string full = path_ + "/" + relative;
-    fs::create_directories(full);
-    return full;
-  }
-
- private:
-  std::string path_;
-};
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // The file this process's libc was loaded from, as ld.so names it.
 std::string loaded_libc_path() {
@@ -145,12 +118,12 @@ TEST(MappedFilesTest, NonexistentPidIsAnError) {
 
 TEST(FileIdTest, FollowsSymlinks) {
   TempDir dir;
-  const std::string real = dir.path() + "/real";
+  const std::string real = dir.path().string() + "/real";
   std::ofstream(real) << "x";
-  fs::create_symlink("real", dir.path() + "/link");
+  fs::create_symlink("real", dir.path().string() + "/link");
   ASSERT_TRUE(file_id(real).has_value());
-  EXPECT_EQ(file_id(real), file_id(dir.path() + "/link"));
-  EXPECT_EQ(file_id(dir.path() + "/missing"), std::nullopt);
+  EXPECT_EQ(file_id(real), file_id(dir.path().string() + "/link"));
+  EXPECT_EQ(file_id(dir.path().string() + "/missing"), std::nullopt);
 }
 
 // --- /proc/PID/environ ------------------------------------------------------------------------
@@ -301,7 +274,7 @@ TEST(LibrarySearchDirsTest, LdLibraryPathFirstInOrderExistingOnly) {
   TempDir tmp;
   const std::string a = tmp.mkdirs("a");
   const std::string b = tmp.mkdirs("b");
-  const std::string missing = tmp.path() + "/missing";
+  const std::string missing = tmp.path().string() + "/missing";
   std::vector<std::string> dirs = library_search_dirs(
       {{"LD_LIBRARY_PATH", b + ":" + missing + "::" + a + ";relative/dir:" + b + "/../b"}});
   ASSERT_GE(dirs.size(), 2u);
@@ -336,10 +309,11 @@ TEST(LibrarySearchDirsTest, CudaAndPythonEnvironmentsFromTheEnvironment) {
       tmp.mkdirs("home/.local/lib/python3.12/site-packages/nvidia/cudnn/lib");
   const std::string not_a_wheel = tmp.mkdirs("venv[1]/lib/python3.11/site-packages/other/lib");
 
-  std::vector<std::string> dirs = library_search_dirs({{"CUDA_HOME", tmp.path() + "/cuda-12.4"},
-                                                       {"VIRTUAL_ENV", tmp.path() + "/venv[1]"},
-                                                       {"CONDA_PREFIX", tmp.path() + "/conda"},
-                                                       {"HOME", tmp.path() + "/home"}});
+  std::vector<std::string> dirs =
+      library_search_dirs({{"CUDA_HOME", tmp.path().string() + "/cuda-12.4"},
+                           {"VIRTUAL_ENV", tmp.path().string() + "/venv[1]"},
+                           {"CONDA_PREFIX", tmp.path().string() + "/conda"},
+                           {"HOME", tmp.path().string() + "/home"}});
   auto position = [&](const std::string& dir) {
     return std::find(dirs.begin(), dirs.end(), dir) - dirs.begin();
   };
@@ -364,10 +338,10 @@ TEST(FindLibraryFilesTest, SymlinksToOneFileGiveOnePath) {
   fs::create_symlink("libfoo.so.1", dir + "/libfoo.so");
   std::ofstream(dir + "/libfoo_static.a") << "archive";
   fs::create_directory(dir + "/libfoo.so.d");  // a directory, not a library
-  fs::create_symlink("lib", tmp.path() + "/lib64");
+  fs::create_symlink("lib", tmp.path().string() + "/lib64");
 
-  std::vector<std::string> found =
-      find_library_files("libfoo.so", {dir, tmp.path() + "/lib64", tmp.path() + "/missing"});
+  std::vector<std::string> found = find_library_files(
+      "libfoo.so", {dir, tmp.path().string() + "/lib64", tmp.path().string() + "/missing"});
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0], fs::canonical(dir + "/libfoo.so.1.2.3").string());
   EXPECT_TRUE(find_library_files("libbar.so", {dir}).empty());

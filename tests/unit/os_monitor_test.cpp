@@ -13,12 +13,12 @@
 #include "agent/flight_recorder.h"
 #include "probes/library_identity.h"
 #include "reader/decoder.h"
+#include "test_support.h"
 
 namespace eacgm {
 namespace {
 
 constexpr uint64_t kSecond = 1'000'000'000;
-constexpr uint64_t kMiB = 1ull << 20;
 
 // `count` populate mappings evenly spread over [start, start + span).
 std::optional<MmapStormDetector::Storm> feed(MmapStormDetector& d, uint64_t start, uint64_t span,

@@ -19,6 +19,7 @@
 #include "proto/perfetto_trace.pb.h"
 #else
 #include "perfetto_trace.pb.h"
+#include "test_support.h"
 #endif
 
 namespace eacgm {
@@ -26,19 +27,6 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace pb = ::eacgm::perfetto;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "eacgm-perfetto-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 // Rows made here rather than taken from the probe table, so the test fixes
 // exactly which formats are involved.

@@ -16,4 +16,11 @@ inline const ProbeSpec& probe_row(Layer layer, std::string_view symbol) {
   throw std::runtime_error("no probe table row for " + std::string(symbol));
 }
 
+inline const ProbeSpec& cuda_row(std::string_view symbol) {
+  return probe_row(Layer::kCuda, symbol);
+}
+inline const ProbeSpec& nccl_row(std::string_view symbol) {
+  return probe_row(Layer::kNccl, symbol);
+}
+
 }  // namespace eacgm

@@ -26,6 +26,7 @@
 
 #include "python/python_layouts.h"
 #include "python/python_lines.h"
+#include "test_support.h"
 
 namespace eacgm {
 namespace {
@@ -83,21 +84,6 @@ PythonInterpreter inspect_ok(const std::string& path) {
 }
 
 // A scratch directory, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "eacgm_pyXXXXXX").string();
-    path_ = mkdtemp(pattern.data()) != nullptr ? pattern : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 TEST(PythonBinaryTest, DebianStaticPythonHasUsdt) {
   if (!fs::exists(kDebianPython)) GTEST_SKIP() << kDebianPython << " is not installed";

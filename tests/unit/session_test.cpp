@@ -10,14 +10,12 @@
 namespace eacgm {
 namespace {
 
-const ProbeSpec& row(std::string_view symbol) { return probe_row(Layer::kCuda, symbol); }
-
 CallRecord call(std::string_view symbol, uint32_t pid, uint64_t dur, uint64_t a0, uint64_t a1,
                 uint64_t out = 0, int64_t ret = 0) {
   CallRecord c;
   c.pid = pid;
   c.tid = pid;
-  c.spec = &row(symbol);
+  c.spec = &cuda_row(symbol);
   c.duration_ns = dur;
   c.raw.args[0] = a0;
   c.raw.args[1] = a1;

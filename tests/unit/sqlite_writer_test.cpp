@@ -17,24 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "test_support.h"
+
 namespace eacgm {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "eacgm-sqlite-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 const ProbeSpec kMalloc{
     .symbol = "cudaMalloc",

@@ -8,11 +8,10 @@
 #include <algorithm>
 #include <random>
 
+#include "test_support.h"
+
 namespace eacgm {
 namespace {
-
-constexpr uint64_t kMs = 1'000'000;
-constexpr uint64_t kS = 1'000'000'000;
 
 struct Fault {
   double from_s = 1e9;        // when it starts
