@@ -2,6 +2,7 @@
 # Installs everything eacgm needs to build and test, from Debian packages only.
 # Used by the README's two commands and by .ci/run, so a fresh machine is proven by CI.
 set -euo pipefail
+. "$(dirname "$0")/as_root.sh"
 
 packages=(
   # toolchain
@@ -13,6 +14,8 @@ packages=(
   libprotobuf-dev protobuf-compiler libeigen3-dev
   # eacgm serve's HTTP endpoint and eacgm cluster's Prometheus client (header-only)
   libcpp-httplib-dev
+  # the .deb (cpack -G DEB: dpkg-shlibdeps comes with build-essential, CPack needs `file` too)
+  file
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev sqlite3 python3-protobuf
   # the python with USDT probes, used by tests that need a real interpreter
@@ -31,17 +34,14 @@ for p in "${packages[@]}"; do
 done
 
 if ((${#missing[@]})); then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "install-deps: need root to install: ${missing[*]}" >&2
-    exit 1
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  echo "install-deps: installing ${missing[*]}" >&2
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}"
 fi
 
 # tracefs: uprobes are created through it on some code paths and `doctor` reports it.
-if [ "$(id -u)" -eq 0 ] && ! mountpoint -q /sys/kernel/tracing 2>/dev/null; then
-  mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null ||
+if ! mountpoint -q /sys/kernel/tracing 2>/dev/null; then
+  as_root mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null ||
     echo "install-deps: warning: could not mount tracefs at /sys/kernel/tracing" >&2
 fi
