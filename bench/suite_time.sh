@@ -17,7 +17,7 @@ for ((i = 1; i <= runs; i++)); do
     "$i" "$status" "$total" "${ctest_s:-0}" "$(echo "$total - ${ctest_s:-0}" | bc)"
   echo "  slowest tests (s):"
   sort -k3 -g -r "$clone/build/Testing/Temporary/CTestCostData.txt" 2>/dev/null |
-    awk 'NF == 3 {printf "    %7.1f  %s\n", $3, $1}' | head -10
+    awk 'NF == 3 && n++ < 10 {printf "    %7.1f  %s\n", $3, $1}' || true
   [ "$status" = passed ] || echo "  log: $clone.log"
   [ "$status" = passed ] && rm -f "$clone.log"
   rm -rf "$clone"

@@ -6,11 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build}
 shift || true
-# Ninja for a new build directory: it compiles a target's sources while the libraries it links
-# are still being built, which keeps both CPUs of a small machine busy. A directory configured
-# before keeps its generator (CMake refuses to switch).
-generator=()
-if [ ! -f "$dir/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
-cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEACGM_WERROR=ON "$@" \
-  >/dev/null
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEACGM_WERROR=ON "$@" >/dev/null
 cmake --build "$dir" -j"$(nproc)" ${BUILD_TARGET:+--target "$BUILD_TARGET"}

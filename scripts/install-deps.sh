@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   # toolchain
-  build-essential cmake ninja-build clang llvm clang-format pkg-config
+  build-essential cmake clang llvm clang-format pkg-config
   # BPF: libbpf headers/library, skeleton generator, ELF and zlib for libbpf
   libbpf-dev bpftool libelf-dev zlib1g-dev
   # libraries we link against

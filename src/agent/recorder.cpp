@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "agent/unwind_stop.h"
+#include "common/json_text.h"
 #include "python/python_binary.h"
 #include "python/python_layouts.h"
 #include "reader/decoder.h"
@@ -254,9 +255,7 @@ void Recorder::write_flight_recorder(uint32_t pid) {
   std::filesystem::create_directories(out_dir_ + "/flight_recorder", ec);
   {
     std::ofstream f(path + ".tmp", std::ios::trunc);
-    f << flight_.report(*proc, session_.start_ns, os_.activity().devices)
-             .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
-      << '\n';
+    f << json_text(flight_.report(*proc, session_.start_ns, os_.activity().devices), 2) << '\n';
     if (!f.flush()) {
       warn(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
       return;

@@ -12,6 +12,7 @@
 
 #include "analysis/gmm_fit.h"
 #include "analysis/gmm_io.h"
+#include "common/json_text.h"
 
 namespace eacgm {
 namespace {
@@ -294,7 +295,7 @@ Result<void> save_detector_model(const std::string& path, const DetectorModel& m
   {
     std::ofstream f(tmp, std::ios::trunc);
     if (!f) return Error{fmt::format("cannot write {}: {}", tmp, std::strerror(errno))};
-    f << j.dump(1) << '\n';
+    f << json_text(j, 1) << '\n';
     if (!f.flush()) return Error{fmt::format("cannot write {}: {}", tmp, std::strerror(errno))};
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {

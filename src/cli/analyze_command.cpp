@@ -15,6 +15,7 @@
 #include "analysis/leak_detector.h"
 #include "analysis/session_db.h"
 #include "analysis/window_analyzer.h"
+#include "common/json_text.h"
 #include "sinks/summary.h"
 
 namespace eacgm {
@@ -78,7 +79,7 @@ bool write_json(const std::string& path, const nlohmann::json& j, std::string& e
   const std::string tmp = path + ".tmp";
   {
     std::ofstream f(tmp, std::ios::trunc);
-    f << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    f << json_text(j, 2) << '\n';
     if (!f.flush()) {
       error = fmt::format("cannot write {}: {}", path, std::strerror(errno));
       return false;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "agent/trace_session.h"
+#include "common/json_text.h"
 #include "serve/prometheus_client.h"
 
 namespace eacgm {
@@ -86,7 +87,7 @@ int run_cluster(const ClusterArgs& args) {
     out[group].push_back(std::move(f));
   }
   if (args.json) {
-    fmt::print("{}\n", out.dump(2));
+    fmt::print("{}\n", json_text(out, 2));
     return 0;
   }
   fmt::print("{} node(s) running eacgm serve seen by {} in the last {}\n", out["nodes"].size(),

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_text.h"
+
 namespace eacgm {
 namespace {
 
@@ -275,9 +277,7 @@ std::string ServeMetrics::anomalies_json() const {
                     {"message", a.message},
                     {"suggestion", a.suggestion}});
   }
-  return nlohmann::json{{"anomalies", std::move(list)}}.dump(
-             2, ' ', false, nlohmann::json::error_handler_t::replace) +
-         "\n";
+  return json_text(nlohmann::json{{"anomalies", std::move(list)}}, 2) + "\n";
 }
 
 }  // namespace eacgm

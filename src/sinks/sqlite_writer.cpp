@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/json_text.h"
 #include "python/python_profile.h"
 
 namespace eacgm {
@@ -162,10 +163,7 @@ void bind_text_or_null(sqlite3_stmt* stmt, int index, std::string_view text) {
   }
 }
 
-std::string to_json(const nlohmann::ordered_json& value) {
-  // Text decoded from a traced process need not be UTF-8; never throw on it.
-  return value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-}
+std::string to_json(const nlohmann::ordered_json& value) { return json_text(value); }
 
 // The name of a failed call's error, in the layer's own terms.
 std::optional<std::string> error_name(const CallRecord& call) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "common/json_text.h"
 #include "gpu/gpu_report.h"
 
 namespace eacgm {
@@ -193,7 +194,7 @@ Result<void> write_summary(const Session& session, const std::string& path) {
   {
     std::ofstream f(tmp, std::ios::trunc);
     if (!f) return Error{fmt::format("cannot write {}: {}", tmp, std::strerror(errno))};
-    f << summary_json(session).dump(2) << '\n';
+    f << json_text(summary_json(session), 2) << '\n';
     if (!f.flush()) return Error{fmt::format("cannot write {}: {}", tmp, std::strerror(errno))};
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {

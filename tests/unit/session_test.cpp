@@ -4,8 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+
 #include "probe_row.h"
 #include "sinks/summary.h"
+#include "test_support.h"
 
 namespace eacgm {
 namespace {
@@ -103,6 +107,34 @@ TEST(Summary, FollowsTheContract) {
   EXPECT_NE(report.find("cudaMalloc"), std::string::npos);
   EXPECT_NE(report.find("cudaErrorMemoryAllocation"), std::string::npos);
   EXPECT_NE(report.find("1 events were lost"), std::string::npos);
+}
+
+// Names read from a target's memory need not be UTF-8 (a Python walker that read a string in the
+// middle of being freed: b'\xe0y\x94:?'). nlohmann's plain dump() throws on them, which once
+// aborted `record` at the end with no summary.json; the invalid bytes must become U+FFFD.
+TEST(Summary, IsWrittenWhateverBytesTheTargetsNamesHold) {
+  Session s;
+  s.version = "1.0";
+  s.command = {"python3", "train\xff.py"};
+  ProcessInfo& p = s.process(7);
+  p.comm = "py\xe0y";
+  s.layers[Layer::kPython].status = LayerStatus::kActive;
+  s.layers[Layer::kPython].extra["functions"]["b'\xe0y\x94:?'"] = {{"file", "\x94.py"},
+                                                                   {"samples", 3}};
+  TempDir dir("eacgm-summary");
+  const std::string path = (dir.path() / "summary.json").string();
+  ASSERT_TRUE(write_summary(s, path)) << "write_summary failed";
+
+  const nlohmann::json j = nlohmann::json::parse(read_bytes(path));  // valid UTF-8, or this throws
+  const std::string replacement = "\xEF\xBF\xBD";                    // U+FFFD
+  EXPECT_EQ(j["processes"][0]["comm"], "py" + replacement + "y");
+  EXPECT_EQ(j["command"][1], "train" + replacement + ".py");
+  const auto& functions = j["layers"]["python"]["functions"];
+  ASSERT_EQ(functions.size(), 1u) << functions.dump();
+  const auto& [name, f] = *functions.items().begin();
+  EXPECT_EQ(name, "b'" + replacement + "y" + replacement + ":?'");
+  EXPECT_EQ(f["samples"], 3);
+  EXPECT_EQ(f["file"], replacement + ".py");
 }
 
 }  // namespace
