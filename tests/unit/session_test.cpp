@@ -131,10 +131,10 @@ TEST(Summary, IsWrittenWhateverBytesTheTargetsNamesHold) {
   EXPECT_EQ(j["command"][1], "train" + replacement + ".py");
   const auto& functions = j["layers"]["python"]["functions"];
   ASSERT_EQ(functions.size(), 1u) << functions.dump();
-  const auto& [name, f] = *functions.items().begin();
-  EXPECT_EQ(name, "b'" + replacement + "y" + replacement + ":?'");
-  EXPECT_EQ(f["samples"], 3);
-  EXPECT_EQ(f["file"], replacement + ".py");
+  const auto function = functions.begin();
+  EXPECT_EQ(function.key(), "b'" + replacement + "y" + replacement + ":?'");
+  EXPECT_EQ(function.value()["samples"], 3);
+  EXPECT_EQ(function.value()["file"], replacement + ".py");
 }
 
 }  // namespace
