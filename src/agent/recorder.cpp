@@ -219,7 +219,12 @@ void Recorder::find_interpreter(uint32_t pid, const std::vector<MappedFile>& fil
     }
     python_processes_[pid] = {*runtime, layout_index};
     mapped_layers_.insert(Layer::kPython);
-    python_.add_interpreter({pid, static_cast<int>(found.version), file.path, found.has_usdt});
+    // Function keys are relative to the script's directory: the job's own modules by path.
+    std::error_code cwd_error;
+    const std::string cwd =
+        std::filesystem::read_symlink(fmt::format("/proc/{}/cwd", pid), cwd_error).string();
+    python_.add_interpreter({pid, static_cast<int>(found.version), file.path, found.has_usdt,
+                             python_script_dir(session_.process(pid).cmdline, cwd)});
     if (found.has_usdt) {
       if (auto r = tracer_->attach_python_usdt(path, python_calls_); !r) warn(r.error().message);
     }

@@ -15,8 +15,20 @@ std::string base_name(std::string_view path) {
   return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
 }
 
-std::string function_key(std::string_view file, std::string_view name) {
-  return fmt::format("{}:{}", base_name(file), name);
+bool is_name_char(char c, bool first) {
+  return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (!first && c >= '0' && c <= '9');
+}
+
+// One dotted part of a qualname: an identifier, or a compiler-made `<module>`, `<lambda>`,
+// `<locals>`, `<listcomp>`, `<genexpr>`.
+bool is_name_part(std::string_view part) {
+  if (part.size() > 2 && part.front() == '<' && part.back() == '>') {
+    return std::all_of(part.begin() + 1, part.end() - 1,
+                       [](char c) { return (c >= 'a' && c <= 'z') || c == '_'; });
+  }
+  if (part.empty() || !is_name_char(part[0], true)) return false;
+  return std::all_of(part.begin() + 1, part.end(), [](char c) { return is_name_char(c, false); });
 }
 
 // FNV-1a over the outer frames' code objects.
@@ -38,6 +50,107 @@ bool is_library_file(std::string_view file) {
 }
 
 }  // namespace
+
+std::string python_function_path(std::string_view file, std::string_view script_dir) {
+  if (file.starts_with('<')) return std::string(file);
+  for (std::string_view packages : {"/site-packages/", "/dist-packages/"}) {
+    if (const size_t at = file.rfind(packages); at != std::string_view::npos) {
+      return std::string(file.substr(at + packages.size()));
+    }
+  }
+  if (const size_t at = file.find("/lib/python3."); at != std::string_view::npos) {
+    if (const size_t slash = file.find('/', at + 13); slash != std::string_view::npos) {
+      return std::string(file.substr(slash + 1));
+    }
+  }
+  if (!script_dir.empty() && file.size() > script_dir.size() + 1 && file.starts_with(script_dir) &&
+      file[script_dir.size()] == '/') {
+    return std::string(file.substr(script_dir.size() + 1));
+  }
+  std::string name = base_name(file);
+  if (name == "__init__.py" || name == "__main__.py") {
+    const std::string_view dir = file.substr(0, file.size() - name.size() - 1);
+    if (file.size() > name.size() && !dir.empty()) return base_name(dir) + "/" + name;
+  }
+  return name;
+}
+
+std::string python_function_key(std::string_view file, std::string_view name,
+                                std::string_view script_dir) {
+  return fmt::format("{}:{}", python_function_path(file, script_dir), name);
+}
+
+std::string python_script_dir(const std::vector<std::string>& argv, std::string_view cwd) {
+  // Options that take a value as the next argument; -c and -m end the interpreter's options
+  // and run no script file.
+  for (size_t i = 1; i < argv.size(); ++i) {
+    const std::string& arg = argv[i];
+    if (arg == "-W" || arg == "-X" || arg == "--check-hash-based-pycs") {
+      ++i;
+      continue;
+    }
+    if (arg.starts_with("-c") || arg.starts_with("-m") || arg == "-") return {};
+    if (arg.starts_with('-')) continue;  // -u, -O, -B, -E, -I, -W... glued to their values
+    const size_t slash = arg.rfind('/');
+    if (arg.starts_with('/')) return slash == 0 ? "/" : arg.substr(0, slash);
+    std::string dir(cwd);
+    if (slash != std::string::npos) dir += "/" + arg.substr(0, slash);
+    return dir;
+  }
+  return {};
+}
+
+bool plausible_python_code(std::string_view name, std::string_view file, uint64_t first_line) {
+  // CPython's line numbers are ints that the parser gives; no source file has 16 M lines.
+  if (first_line > (1u << 24)) return false;
+  if (name.empty() || file.empty()) return false;
+  size_t begin = 0;
+  while (true) {
+    const size_t dot = name.find('.', begin);
+    if (!is_name_part(name.substr(begin, dot - begin))) return false;
+    if (dot == std::string_view::npos) break;
+    begin = dot + 1;
+  }
+  const bool printable = std::all_of(file.begin(), file.end(), [](char c) {
+    return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
+  });
+  if (!printable) return false;
+  // `<frozen importlib._bootstrap>`, `<string>`, `<stdin>`; else a path. A bare word that is
+  // neither a path nor a .py file name is another object's string.
+  if (file.front() == '<') return file.back() == '>';
+  return file.find('/') != std::string_view::npos || file.ends_with(".py") ||
+         file.ends_with(".pyw");
+}
+
+bool is_idle_wait(std::string_view function_key) {
+  const size_t colon = function_key.rfind(':');
+  if (colon == std::string_view::npos) return false;
+  const std::string_view path = function_key.substr(0, colon);
+  std::string_view name = function_key.substr(colon + 1);
+  // 3.8-3.10 have no qualname: co_name is the last part of one.
+  if (const size_t dot = name.rfind('.'); dot != std::string_view::npos)
+    name = name.substr(dot + 1);
+  struct Waits {
+    std::string_view path;
+    std::initializer_list<std::string_view> names;
+  };
+  static const Waits kWaits[] = {
+      {"threading.py", {"wait", "wait_for", "join", "_wait_for_tstate_lock"}},
+      {"queue.py", {"get"}},
+      {"selectors.py", {"select"}},
+      {"socket.py", {"accept"}},
+      {"multiprocessing/connection.py",
+       {"wait", "poll", "_poll", "recv", "recv_bytes", "_recv", "_recv_bytes", "accept"}},
+      {"multiprocessing/queues.py", {"get", "join"}},
+      {"multiprocessing/popen_fork.py", {"wait", "poll"}},
+      {"multiprocessing/process.py", {"join"}},
+      {"concurrent/futures/_base.py", {"result", "wait", "as_completed"}},
+  };
+  for (const Waits& w : kWaits) {
+    if (path == w.path) return std::find(w.names.begin(), w.names.end(), name) != w.names.end();
+  }
+  return false;
+}
 
 void PythonProfile::add_interpreter(Interpreter interpreter) {
   interpreters_[interpreter.pid] = std::move(interpreter);
@@ -62,17 +175,34 @@ void PythonProfile::on_fork(uint32_t parent, uint32_t child) {
 void PythonProfile::forget(uint32_t pid) { interpreters_.erase(pid); }
 
 void PythonProfile::on_code(const PyCodeEvent& event) {
+  const CodeKey key{event.pid, event.code};
+  if (!plausible_python_code(event.name, event.file, event.firstlineno)) {
+    // Whatever the walker read there is not a live code object: forget what it was before, so
+    // that no sample is named after it.
+    ++codes_rejected_;
+    rejected_codes_.insert(key);
+    codes_.erase(key);
+    return;
+  }
+  rejected_codes_.erase(key);
+  const auto interpreter = interpreters_.find(event.pid);
   Code c;
   c.name = event.name;
   c.file = event.file;
-  c.key = function_key(event.file, event.name);
+  c.key = python_function_key(
+      event.file, event.name,
+      interpreter == interpreters_.end() ? std::string_view{} : interpreter->second.script_dir);
   c.first_line = static_cast<int>(event.firstlineno);
+  c.library = is_library_file(event.file);
+  c.idle_wait = c.library && is_idle_wait(c.key);
+  c.importer = event.file.starts_with("<frozen importlib");
   // A truncated table would give wrong lines past its end: keep none (line 0).
   if (event.linetable_complete) c.linetable = event.linetable;
-  codes_.insert_or_assign(CodeKey{event.pid, event.code}, std::move(c));
+  codes_.insert_or_assign(key, std::move(c));
 }
 
 void PythonProfile::on_function(const PyFunctionEvent& event) {
+  if (!plausible_python_code(event.name, event.file, 0)) return;  // not a name to count under
   usdt_names_[{event.pid, event.file_ptr, event.name_ptr}] = {event.file, event.name};
 }
 
@@ -117,6 +247,16 @@ const PythonSite* PythonProfile::site(uint32_t pid, uint64_t code_addr, uint64_t
 std::vector<PythonStackChange> PythonProfile::on_sample(const PySampleEvent& event) {
   std::vector<PythonStackChange> changes;
   if (event.frames.empty()) return changes;
+  // A frame whose code object failed its description, or a pointer no live object can have
+  // (user space ends at 2^47 on x86-64; objects are 8-aligned), means the walker followed
+  // freed memory: no frame of this sample can be vouched for.
+  for (const PyFrameRef& f : event.frames) {
+    if (f.code % 8 != 0 || f.code >= (uint64_t{1} << 47) ||
+        rejected_codes_.contains({event.pid, f.code})) {
+      ++samples_rejected_;
+      return changes;
+    }
+  }
   ++samples_;
   Thread& t = threads_[{event.pid, event.tid}];
   const uint64_t period = period_ns();
@@ -149,21 +289,31 @@ std::vector<PythonStackChange> PythonProfile::on_sample(const PySampleEvent& eve
   }
   t.last_ns = event.ts_ns;
 
+  const Code* innermost = code(event.pid, event.frames.front().code);
+  const bool idle = innermost && innermost->idle_wait && !event.on_cpu;
+  bool importing = false;
   std::set<std::string_view> seen;  // recursion counts a function once per sample
   for (size_t i = 0; i < event.frames.size(); ++i) {
     const Code* c = code(event.pid, event.frames[i].code);
     if (!c) continue;
+    importing = importing || c->importer;
     PythonFunctionStats& f = functions_[c->key];
     if (f.file.empty()) {
       f.file = c->file;
       f.first_line = c->first_line;
     }
-    if (i == 0) f.self_ns += weight;
+    if (i == 0) {
+      f.self_ns += weight;
+      if (idle) f.idle_self_ns += weight;
+    }
     if (seen.insert(c->key).second) {
       f.total_ns += weight;
+      if (idle) f.idle_total_ns += weight;
       ++f.samples;
+      f.threads.insert({event.pid, event.tid});
     }
   }
+  if (importing) startup_[event.pid].import_ns += weight;
 
   const PyFrameRef& top = event.frames.front();
   const uint64_t hash = stack_hash(event.frames);
@@ -187,7 +337,8 @@ std::vector<PythonStackChange> PythonProfile::on_sample(const PySampleEvent& eve
                       .last_ns = event.ts_ns,
                       .samples = 0,
                       .on_cpu = 0,
-                      .outer = {event.frames.begin() + 1, event.frames.end()}};
+                      .outer = {event.frames.begin() + 1, event.frames.end()},
+                      .importing = importing};
   }
   t.call->last_ns = event.ts_ns;
   t.call->instr = top.instr;
@@ -221,6 +372,11 @@ void PythonProfile::close_call(uint32_t pid, uint32_t tid, const OpenCall& call)
   const uint64_t duration = call.last_ns - call.first_ns + period_ns();
   if (duration <= options_.slow_call_ns) return;
   if (tid != pid && !working_threads_.contains({pid, tid})) return;  // an idle helper thread
+  // Loading modules (`import torch` takes seconds): start-up, reported as such.
+  if (call.importing) {
+    note_slow_import(pid, duration, call);
+    return;
+  }
   // Mostly inside traced calls (a GPU sync, a collective): the latency and collective
   // detectors judge those.
   if (auto thread = threads_.find({pid, tid}); thread != threads_.end()) {
@@ -234,7 +390,12 @@ void PythonProfile::close_call(uint32_t pid, uint32_t tid, const OpenCall& call)
   }
   const Code* c = code(pid, call.code);
   if (!c) return;
+  const bool waiting = 2 * call.on_cpu < call.samples;
+  // A queue's get, a condition's wait, a selector: the thread waits for work to be handed to
+  // it; whoever should hand it is the one to judge (a slow DataLoader worker is named itself).
+  if (c->idle_wait && waiting) return;
   SlowCall s;
+  s.supervisor = waiting && c->library && !working_threads_.contains({pid, tid});
   s.pid = pid;
   s.tid = tid;
   s.start_ns = call.first_ns;
@@ -256,6 +417,24 @@ void PythonProfile::close_call(uint32_t pid, uint32_t tid, const OpenCall& call)
   slow_calls_.push_back(std::move(s));
 }
 
+void PythonProfile::note_slow_import(uint32_t pid, uint64_t duration_ns, const OpenCall& call) {
+  // Name the import by the module being run: the innermost `<module>` frame on the stack.
+  std::string module;
+  if (const Code* c = code(pid, call.code); c && c->name == "<module>") module = c->key;
+  for (size_t i = 0; module.empty() && i < call.outer.size(); ++i) {
+    if (const Code* c = code(pid, call.outer[i].code); c && c->name == "<module>") module = c->key;
+  }
+  if (module.empty()) {
+    const Code* c = code(pid, call.code);
+    module = c ? c->key : "?";
+  }
+  constexpr size_t kKept = 5;
+  auto& slowest = startup_[pid].slowest;
+  slowest.emplace_back(duration_ns, std::move(module));
+  std::sort(slowest.rbegin(), slowest.rend());
+  if (slowest.size() > kKept) slowest.resize(kKept);
+}
+
 std::vector<Anomaly> PythonProfile::take_anomalies(const Session& session, uint64_t now_ns,
                                                    bool final) {
   if (final) {
@@ -275,16 +454,31 @@ std::vector<Anomaly> PythonProfile::take_anomalies(const Session& session, uint6
   }
   std::vector<Anomaly> out;
   for (SlowCall& s : slow_calls_) {
-    // A launcher's main thread waits for its children by design.
-    const bool launcher = std::any_of(session.processes.begin(), session.processes.end(),
-                                      [&s](const auto& p) { return p.second.ppid == s.pid; });
-    if (launcher) continue;
-    // A callback that stalls every step is one finding, not one per step: the first is
-    // reported, the rest counted (layers.python.slow_calls).
-    SlowCallSummary& summary = slow_summary_[{s.pid, s.function, s.line}];
+    // A process that started traced workers waits for them by design, in library code, making
+    // no traced call itself. Its own code, or its waits once it works, are judged like any.
+    if (s.supervisor && std::any_of(session.processes.begin(), session.processes.end(),
+                                    [&s](const auto& p) { return p.second.ppid == s.pid; })) {
+      continue;
+    }
+    // A callback that stalls every step is one finding, not one per step, and one function
+    // that stalls at several lines is one finding too: the first is reported, the rest
+    // counted (layers.python.slow_calls).
+    // Forked workers (a DataLoader's, started again each epoch) run their parent's code: the
+    // same function stalling in any of them is the same finding.
+    uint32_t owner = s.pid;
+    for (const ProcessInfo* p = session.find_process(owner);
+         p && p->ppid != 0 && p->ppid != owner;) {
+      const ProcessInfo* parent = session.find_process(p->ppid);
+      if (!parent || parent->cmdline != p->cmdline) break;
+      owner = p->ppid;
+      p = parent;
+    }
+    SlowCallSummary& summary = slow_summary_[{owner, s.function}];
+    summary.pids.insert(s.pid);
     ++summary.occurrences;
     summary.total_ns += s.duration_ns;
     summary.max_ns = std::max(summary.max_ns, s.duration_ns);
+    summary.lines.insert(s.line);
     if (summary.occurrences > 1) continue;
     const std::string& called_from = s.called_from;
     Anomaly a;
@@ -330,7 +524,10 @@ void PythonProfile::add_call_count(uint32_t pid, uint64_t file_ptr, uint64_t nam
   const auto& [file, name] = names->second;
   // The probe passes co_name; the samples know co_qualname. Where exactly one code object of
   // the process has this file and a qualname ending in this name, that is the function.
-  std::string key = function_key(file, name);
+  const auto interpreter = interpreters_.find(pid);
+  std::string key = python_function_key(
+      file, name,
+      interpreter == interpreters_.end() ? std::string_view{} : interpreter->second.script_dir);
   std::string found;
   int matches = 0;
   for (auto c = codes_.lower_bound({pid, 0}); c != codes_.end() && c->first.first == pid; ++c) {
@@ -355,7 +552,10 @@ nlohmann::json PythonProfile::figures() const {
               {"first_line", f.first_line},
               {"samples", f.samples},
               {"total_ns", f.total_ns},
-              {"self_ns", f.self_ns}};
+              {"self_ns", f.self_ns},
+              {"idle_total_ns", f.idle_total_ns},
+              {"idle_self_ns", f.idle_self_ns},
+              {"threads", f.threads.size()}};
     if (f.count) j["count"] = *f.count;
     functions[key] = std::move(j);
   }
@@ -375,16 +575,30 @@ nlohmann::json PythonProfile::figures() const {
   }
   json slow = json::array();
   for (const auto& [key, summary] : slow_summary_) {
-    const auto& [pid, function, line] = key;
+    const auto& [pid, function] = key;
     slow.push_back({{"pid", pid},
+                    {"pids", summary.pids},
                     {"function", function},
-                    {"line", line},
+                    {"line", summary.lines.empty() ? 0 : *summary.lines.begin()},
+                    {"lines", summary.lines},
                     {"occurrences", summary.occurrences},
                     {"total_ms", summary.total_ns / 1e6},
                     {"max_ms", summary.max_ns / 1e6}});
   }
+  json startup = json::array();
+  for (const auto& [pid, st] : startup_) {
+    json slowest = json::array();
+    for (const auto& [ns, module] : st.slowest) {
+      slowest.push_back({{"function", module}, {"ms", ns / 1e6}});
+    }
+    startup.push_back(
+        {{"pid", pid}, {"import_s", st.import_ns / 1e9}, {"slowest_imports", std::move(slowest)}});
+  }
   return {{"functions", std::move(functions)},
           {"slow_calls", std::move(slow)},
+          {"startup", std::move(startup)},
+          {"samples_rejected", samples_rejected_},
+          {"codes_rejected", codes_rejected_},
           {"gc", std::move(gc)},
           {"interpreters", std::move(interpreters)},
           {"sample_rate_hz", options_.rate_hz},

@@ -3,12 +3,21 @@
 // garbage-collection pauses, slow calls, and the Python line behind each
 // traced call of the other layers.
 //
-// Functions are keyed `file.py:qualname` (the file's base name; the full
-// path is kept beside). Time comes from wall-clock samples of every thread,
+// Functions are keyed `module/path.py:qualname`, the file's path below
+// site-packages or dist-packages, the standard library's directory or the
+// script's directory (the full path is kept beside), so that modules with the
+// same base name stay apart. Time comes from wall-clock samples of every thread,
 // running or waiting: a sample stands for the time since that thread's
 // previous one (at most two periods), so `total_ns` (the function anywhere on
 // the stack) and `self_ns` (innermost) are estimates within a period or two
 // per stretch of code.
+//
+// Everything here was read from a target's memory by the BPF walker, racing
+// the interpreter: a code object may be freed and its memory reused between
+// two reads. So descriptions are checked (names that are Python names, files
+// that are paths, line numbers in range) and a sample that passes through a
+// code object that failed the check is dropped whole, counted in
+// `samples_rejected`.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +26,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -50,7 +60,33 @@ struct PythonFunctionStats {
   uint64_t samples = 0;           // samples with the function on the stack
   uint64_t total_ns = 0;
   uint64_t self_ns = 0;
+  // Of those, the time its thread sat in an idle wait (is_idle_wait: a queue, a condition, a
+  // selector) off CPU: a worker waiting for work, not work.
+  uint64_t idle_total_ns = 0;
+  uint64_t idle_self_ns = 0;
+  std::set<std::pair<uint32_t, uint32_t>>
+      threads;  // (pid, tid) that ran it: totals add up over them
 };
+
+// The key of a function: `path:qualname` with the path as function_path() gives it.
+std::string python_function_key(std::string_view file, std::string_view name,
+                                std::string_view script_dir = {});
+// The part of a code object's file that tells modules apart: below site-packages or
+// dist-packages (`torch/nn/modules/module.py`), below the standard library's directory
+// (`multiprocessing/connection.py`), below the script's directory; else the base name (with its
+// directory for a package's `__init__.py` or `__main__.py`). `<frozen ...>` and `<string>` as is.
+std::string python_function_path(std::string_view file, std::string_view script_dir = {});
+// The directory of the script a Python command line runs (`python3 -u dir/train.py ...`),
+// absolute, from its argv and its working directory; empty for `-c`, `-m` and the REPL.
+std::string python_script_dir(const std::vector<std::string>& argv, std::string_view cwd);
+// Whether a code object's name and file can be what CPython holds: a qualname of Python names
+// (or `<module>`, `<lambda>`, `<locals>`, ...), a file that is a path or a `<...>` pseudo-file,
+// a first line in range. What the walker read from a freed or reused object fails.
+bool plausible_python_code(std::string_view name, std::string_view file, uint64_t first_line);
+// Standard-library functions in which a thread blocks until another thread or process hands it
+// work: `queue.Queue.get`, `threading.Condition.wait`, a selector's select, a multiprocessing
+// connection's poll or recv. A thread off CPU in one of them is idle, not slow.
+bool is_idle_wait(std::string_view function_key);
 
 struct PythonGcStats {
   uint64_t collections = 0;
@@ -73,6 +109,7 @@ class PythonProfile {
     int version = 0;  // major * 100 + minor
     std::string path;
     bool usdt = false;
+    std::string script_dir;  // python_script_dir(): function keys are relative to it
   };
   void add_interpreter(Interpreter interpreter);
   // A fork inherits its parent's interpreter and code objects.
@@ -98,8 +135,8 @@ class PythonProfile {
   // valid for the profile's life.
   const PythonSite* site(uint32_t pid, uint64_t code, uint64_t instr);
 
-  // Slow calls found since the last take (`session` says which processes are launchers:
-  // those with children, whose main thread only waits). `final` closes calls still open.
+  // Slow calls found since the last take (`session` says which processes supervise traced
+  // children). `final` closes calls still open.
   std::vector<Anomaly> take_anomalies(const Session& session, uint64_t now_ns, bool final);
   // USDT call counts (tracer), by the probe's string pointers.
   void add_call_count(uint32_t pid, uint64_t file_ptr, uint64_t name_ptr, uint64_t count);
@@ -111,11 +148,14 @@ class PythonProfile {
 
  private:
   struct Code {
-    std::string key;  // file.py:qualname
+    std::string key;  // path:qualname (python_function_key)
     std::string name;
     std::string file;
     int first_line = 0;
     std::vector<uint8_t> linetable;
+    bool library = false;    // the standard library's or an installed package's
+    bool idle_wait = false;  // is_idle_wait(key)
+    bool importer = false;   // the import machinery's (`<frozen importlib._bootstrap>`)
   };
   using CodeKey = std::pair<uint32_t, uint64_t>;  // (pid, code object)
   // One call seen as the innermost frame of a thread over consecutive samples.
@@ -128,6 +168,7 @@ class PythonProfile {
     uint64_t samples = 0;
     uint64_t on_cpu = 0;
     std::vector<PyFrameRef> outer;  // at the first sample, innermost first, for the report
+    bool importing = false;         // under the import machinery: start-up, not a stall
   };
   struct Thread {
     uint64_t last_ns = 0;
@@ -151,7 +192,7 @@ class PythonProfile {
   std::map<std::string, PythonFunctionStats> functions_;
   std::map<std::pair<uint32_t, uint32_t>, Thread> threads_;
   std::set<std::pair<uint32_t, uint32_t>> working_threads_;  // made traced calls
-  std::unordered_map<std::string, PythonSite> sites_;  // by "function\0line"
+  std::unordered_map<std::string, PythonSite> sites_;        // by "function\0line"
   std::map<std::tuple<uint32_t, uint64_t, uint64_t>, const PythonSite*> site_cache_;
   std::vector<PyGcEvent> gc_events_;
   std::map<int, PythonGcStats> gc_by_generation_;
@@ -166,14 +207,32 @@ class PythonProfile {
     int line = 0;
     std::vector<std::string> stack;  // outer frames, innermost first
     std::string called_from;         // the innermost outer frame outside the standard library
+    // Waiting in library code on a thread that made no traced call: what a launcher's main
+    // thread does while its workers run (torchrun's monitor loop, a Popen.wait).
+    bool supervisor = false;
   };
   std::vector<SlowCall> slow_calls_;  // found, not yet taken
   struct SlowCallSummary {
     uint64_t occurrences = 0;
     uint64_t total_ns = 0;
     uint64_t max_ns = 0;
+    std::set<int> lines;      // where it was seen waiting or running
+    std::set<uint32_t> pids;  // the processes it stalled in: the first and its forked workers
   };
-  std::map<std::tuple<uint32_t, std::string, int>, SlowCallSummary> slow_summary_;
+  // One function that stalls is one finding, at whichever lines and in whichever of a process's
+  // forked workers: (pid of the first process of its kind, function).
+  std::map<std::pair<uint32_t, std::string>, SlowCallSummary> slow_summary_;
+  // Start-up: time each process spent importing modules (sampled), and its longest imports.
+  struct Startup {
+    uint64_t import_ns = 0;
+    std::vector<std::pair<uint64_t, std::string>> slowest;  // (duration, module), longest first
+  };
+  std::map<uint32_t, Startup> startup_;
+  void note_slow_import(uint32_t pid, uint64_t duration_ns, const OpenCall& call);
+  // Code objects whose description failed plausible_python_code, per process.
+  std::set<CodeKey> rejected_codes_;
+  uint64_t codes_rejected_ = 0;
+  uint64_t samples_rejected_ = 0;
   uint64_t samples_ = 0;
 };
 

@@ -205,31 +205,73 @@ Result<void> write_summary(const Session& session, const std::string& path) {
 
 namespace {
 
-// The python layer: the functions that took the most wall-clock time.
+// The width of a table's first column: its longest entry, within bounds, so that columns line up
+// for the long names real jobs have (`torch/nn/modules/module.py:Module._call_impl`).
+size_t name_width(const std::vector<std::string_view>& names, size_t least) {
+  size_t width = least;
+  for (std::string_view n : names) width = std::max(width, n.size());
+  return std::min<size_t>(width, 80);
+}
+
+// The python layer: where the threads that work spend their time. A function's time is summed
+// over the threads that ran it; the time threads spent idle (waiting on a queue, a condition or
+// a selector for work to be handed to them) is left out, or idle workers outrank the hotspot.
 template <typename Line>
-void python_report(const LayerState& state, Line& line) {
+void python_report(const Session& session, const LayerState& state, Line& line) {
   const nlohmann::json functions = state.extra.value("functions", nlohmann::json::object());
-  std::vector<std::pair<uint64_t, std::string>> by_time;
+  struct Row {
+    uint64_t self_ns, total_ns, threads;
+    std::string_view name;
+    const nlohmann::json* f;
+  };
+  std::vector<Row> rows;
+  uint64_t idle_ns = 0;
   for (const auto& [name, f] : functions.items()) {
-    by_time.emplace_back(f.value("total_ns", uint64_t{0}), name);
+    const auto get = [&f](const char* key) { return f.value(key, uint64_t{0}); };
+    const uint64_t self = get("self_ns") - std::min(get("self_ns"), get("idle_self_ns"));
+    const uint64_t total = get("total_ns") - std::min(get("total_ns"), get("idle_total_ns"));
+    idle_ns += get("idle_self_ns");
+    if (total > 0) rows.push_back({self, total, get("threads"), name, &f});
   }
-  std::sort(by_time.rbegin(), by_time.rend());
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    return std::tie(a.self_ns, a.total_ns, a.name) > std::tie(b.self_ns, b.total_ns, b.name);
+  });
   line(fmt::format("\n[python] {} interpreter(s), {} samples at {} Hz",
                    state.extra.value("interpreters", nlohmann::json::array()).size(),
                    state.extra.value("samples", 0), state.extra.value("sample_rate_hz", 0.0)));
-  if (by_time.empty()) {
-    line("  no Python code sampled");
+  for (const nlohmann::json& p : state.extra.value("startup", nlohmann::json::array())) {
+    line(fmt::format("  start-up: pid {} spent {:.2f} s importing modules", p.value("pid", 0),
+                     p.value("import_s", 0.0)));
+  }
+  if (const uint64_t rejected = state.extra.value("samples_rejected", uint64_t{0})) {
+    line(
+        fmt::format("  {} samples dropped: their stacks ran through memory the interpreter had "
+                    "just freed",
+                    rejected));
+  }
+  if (rows.empty()) {
+    line("  no Python code sampled at work");
     return;
   }
-  line(fmt::format("  {:<48} {:>11} {:>11} {:>9}", "function (top 10 by time on stack)", "total",
-                   "self", "calls"));
-  for (size_t i = 0; i < by_time.size() && i < 10; ++i) {
-    const nlohmann::json& f = functions[by_time[i].second];
-    line(fmt::format("  {:<48} {:>11} {:>11} {:>9}", by_time[i].second,
-                     human_ns(f.value("total_ns", uint64_t{0})),
-                     human_ns(f.value("self_ns", uint64_t{0})),
-                     f.contains("count") ? std::to_string(f["count"].get<uint64_t>()) : "-"));
+  rows.resize(std::min<size_t>(rows.size(), 10));
+  std::vector<std::string_view> names;
+  for (const Row& r : rows) names.push_back(r.name);
+  const size_t width = name_width(names, 40);
+  line(fmt::format("  {:<{}} {:>11} {:>11} {:>7} {:>9}", "function (top 10 by self time)", width,
+                   "self", "total", "threads", "calls"));
+  bool summed = false;
+  const auto wall_ns = static_cast<uint64_t>(session.duration_s() * 1e9);
+  for (const Row& r : rows) {
+    summed = summed || (r.threads > 1 && r.total_ns > wall_ns);
+    line(fmt::format(
+        "  {:<{}} {:>11} {:>11} {:>7} {:>9}", r.name, width, human_ns(r.self_ns),
+        human_ns(r.total_ns), r.threads,
+        r.f->contains("count") ? std::to_string(r.f->value("count", uint64_t{0})) : "-"));
   }
+  line(fmt::format(
+      "  times are summed over the threads that ran each function{}; {} of idle "
+      "waits (queue gets, condition waits, selectors) left out",
+      summed ? " (so a total can exceed the session's wall time)" : "", human_ns(idle_ns)));
 }
 
 }  // namespace
@@ -262,7 +304,7 @@ std::string text_report(const Session& s) {
       continue;
     }
     if (layer == Layer::kPython) {
-      python_report(state, line);
+      python_report(s, state, line);
       continue;
     }
     line(fmt::format("\n[{}] {} {} traced", layer_name(layer), state.libraries.size(),
@@ -274,13 +316,30 @@ std::string text_report(const Session& s) {
       line("  no calls");
       continue;
     }
-    line(fmt::format("  {:<24} {:>9} {:>7} {:>11} {:>11} {:>11} {:>11}", "api", "count", "errors",
-                     "total", "p50", "p99", "bytes"));
+    // Costliest first: torch operators by self time (an operator's total holds the operators it
+    // calls), every other API by total time.
+    const bool torch = layer == Layer::kTorch;
+    std::vector<std::pair<std::string_view, const CallStats*>> by_cost;
+    std::vector<std::string_view> names;
     for (const auto& [name, st] : state.calls) {
-      line(fmt::format("  {:<24} {:>9} {:>7} {:>11} {:>11} {:>11} {:>11}", name, st.count,
-                       st.errors, human_ns(st.total_ns), human_ns(st.percentile_ns(50)),
-                       human_ns(st.percentile_ns(99)), st.bytes ? human_bytes(st.bytes) : "-"));
-      for (auto [code, n] : st.errors_by_code) {
+      by_cost.emplace_back(name, &st);
+      names.push_back(name);
+    }
+    const auto cost = [torch](const CallStats* st) { return torch ? st->self_ns : st->total_ns; };
+    std::stable_sort(by_cost.begin(), by_cost.end(), [&cost](const auto& a, const auto& b) {
+      return cost(a.second) > cost(b.second);
+    });
+    const size_t width = name_width(names, 24);
+    line(fmt::format("  {:<{}} {:>9} {:>7} {:>11} {:>11} {:>11} {:>11}{}",
+                     torch ? "operator" : "api", width, "count", "errors", "total", "p50", "p99",
+                     "bytes", torch ? fmt::format(" {:>11}", "self") : ""));
+    for (const auto& [name, st] : by_cost) {
+      line(fmt::format("  {:<{}} {:>9} {:>7} {:>11} {:>11} {:>11} {:>11}{}", name, width, st->count,
+                       st->errors, human_ns(st->total_ns), human_ns(st->percentile_ns(50)),
+                       human_ns(st->percentile_ns(99)), st->bytes ? human_bytes(st->bytes) : "-",
+                       torch ? fmt::format(" {:>11}", human_ns(st->self_ns)) : ""));
+      const CallStats& stats = *st;
+      for (auto [code, n] : stats.errors_by_code) {
         line(fmt::format("      {} x {} ({})", n, status_name(layer, code), code));
       }
     }

@@ -8,6 +8,8 @@
 #include <random>
 #include <vector>
 
+#include "test_support.h"
+
 namespace eacgm {
 namespace {
 
@@ -18,12 +20,6 @@ size_t cuda_row(std::string_view symbol) {
   }
   ADD_FAILURE() << symbol << " not in the CUDA table";
   return 0;
-}
-
-std::vector<std::byte> bytes_of(const void* p, size_t n) {
-  std::vector<std::byte> out(n);
-  std::memcpy(out.data(), p, n);
-  return out;
 }
 
 eacgm_call launch_kernel_record() {
@@ -45,7 +41,7 @@ eacgm_call launch_kernel_record() {
 
 TEST(Decoder, LaunchKernelArgumentsFromRegistersAndStack) {
   eacgm_call c = launch_kernel_record();
-  auto event = decode_event(bytes_of(&c, sizeof(c)));
+  auto event = decode_event(bytes_of(c));
   ASSERT_TRUE(event.ok()) << event.error().message;
   const CallRecord& call = std::get<CallRecord>(*event);
   EXPECT_EQ(call.pid, 100u);
@@ -67,7 +63,7 @@ TEST(Decoder, LaunchKernelArgumentsFromRegistersAndStack) {
 TEST(Decoder, StatusIsSignExtendedFrom32Bits) {
   eacgm_call c = launch_kernel_record();
   c.ret = 0x00000000ffffffffull;  // (int)-1
-  auto event = decode_event(bytes_of(&c, sizeof(c)));
+  auto event = decode_event(bytes_of(c));
   ASSERT_TRUE(event.ok());
   EXPECT_EQ(std::get<CallRecord>(*event).raw.ret, -1);
   EXPECT_TRUE(std::get<CallRecord>(*event).failed());
@@ -80,7 +76,7 @@ TEST(Decoder, MallocOutPointerAndBytes) {
   c.args[kRdi] = 0x7ffd0000;  // &devPtr on the caller's stack
   c.args[kRsi] = 1 << 20;
   c.out_value = 0x7e0000000100;
-  auto event = decode_event(bytes_of(&c, sizeof(c)));
+  auto event = decode_event(bytes_of(c));
   ASSERT_TRUE(event.ok());
   const CallRecord& call = std::get<CallRecord>(*event);
   EXPECT_EQ(call.bytes(), 1u << 20);
@@ -95,7 +91,7 @@ TEST(Decoder, ProcessExit) {
   p.hdr = {EACGM_EV_PROC_EXIT, 42, 43, 0, 99};
   p.exit_code = 11;  // killed by SIGSEGV
   std::memcpy(p.comm, "python3", 7);
-  auto event = decode_event(bytes_of(&p, sizeof(p)));
+  auto event = decode_event(bytes_of(p));
   ASSERT_TRUE(event.ok());
   const ProcEvent& e = std::get<ProcEvent>(*event);
   EXPECT_EQ(e.kind, ProcEvent::Kind::kExit);
@@ -116,7 +112,7 @@ TEST(Decoder, UnwindStopKeepsTheSlotsToPutBackInOrder) {
   u.slot[2] = 0x7ffd1040;
   u.orig[2] = 0x403000;
   u.slot[3] = 0x7ffd2000;  // past n: ignored
-  auto event = decode_event(bytes_of(&u, sizeof(u)));
+  auto event = decode_event(bytes_of(u));
   ASSERT_TRUE(event.ok()) << event.error().message;
   const ProcEvent& e = std::get<ProcEvent>(*event);
   EXPECT_EQ(e.kind, ProcEvent::Kind::kUnwindStop);
@@ -127,22 +123,22 @@ TEST(Decoder, UnwindStopKeepsTheSlotsToPutBackInOrder) {
                                                            {0x7ffd1040, 0x403000}};
   EXPECT_EQ(e.return_slots, want);
   u.n = EACGM_UNWIND_SLOTS + 1;
-  auto bad = decode_event(bytes_of(&u, sizeof(u)));
+  auto bad = decode_event(bytes_of(u));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("65 slots"), std::string::npos) << bad.error().message;
-  EXPECT_FALSE(decode_event(bytes_of(&u, sizeof(u) - 8)).ok());
+  EXPECT_FALSE(decode_event(bytes_of(u, sizeof(u) - 8)).ok());
 }
 
 TEST(Decoder, RejectsTruncatedUnknownAndOutOfTableRecords) {
   eacgm_call c = launch_kernel_record();
-  auto bytes = bytes_of(&c, sizeof(c));
+  auto bytes = bytes_of(c);
   EXPECT_FALSE(decode_event(std::span(bytes).first(10)).ok());
   EXPECT_FALSE(decode_event(std::span(bytes).first(sizeof(c) - 1)).ok());
   c.func_id = 100000;
-  EXPECT_FALSE(decode_event(bytes_of(&c, sizeof(c))).ok());
+  EXPECT_FALSE(decode_event(bytes_of(c)).ok());
   c = launch_kernel_record();
   c.hdr.kind = 77;
-  auto bad = decode_event(bytes_of(&c, sizeof(c)));
+  auto bad = decode_event(bytes_of(c));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("unknown event kind 77"), std::string::npos);
 }

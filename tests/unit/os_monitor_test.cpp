@@ -439,13 +439,6 @@ TEST(LibraryIdentity, BuildIdOfARealLibrary) {
   EXPECT_FALSE(read_build_id("/nonexistent"));
 }
 
-template <typename T>
-std::vector<std::byte> bytes_of(const T& value) {
-  std::vector<std::byte> out(sizeof(T));
-  std::memcpy(out.data(), &value, sizeof(T));
-  return out;
-}
-
 TEST(OsDecoder, SignalRecord) {
   eacgm_signal r{};
   r.hdr = {EACGM_EV_SIGNAL, 100, 101, EACGM_LAYER_OS, 5};

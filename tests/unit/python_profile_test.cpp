@@ -12,7 +12,7 @@ constexpr uint64_t kPeriod = 10'000'000;  // 100 Hz
 
 PythonProfile make_profile() {
   PythonProfile p({.rate_hz = 100, .slow_call_ns = 100'000'000});
-  p.add_interpreter({kPid, 311, "/usr/bin/python3.11", true});
+  p.add_interpreter({kPid, 311, "/usr/bin/python3.11", true, ""});
   auto code = [&p](uint64_t addr, std::string name, uint32_t line) {
     PyCodeEvent e;
     e.pid = kPid;
@@ -134,13 +134,245 @@ TEST(PythonProfile, AnIdleHelperThreadIsNotASlowCall) {
   EXPECT_EQ(q.take_anomalies(s, t, true).size(), 1u);
 }
 
-TEST(PythonProfile, ALaunchersWaitIsNotASlowCall) {
+void describe(PythonProfile& p, uint64_t addr, std::string name, std::string file,
+              uint32_t line = 1, uint32_t pid = kPid) {
+  PyCodeEvent e;
+  e.pid = pid;
+  e.code = addr;
+  e.name = std::move(name);
+  e.file = std::move(file);
+  e.firstlineno = line;
+  p.on_code(e);
+}
+
+TEST(PythonProfile, ASupervisorsWaitInLibraryCodeIsNotASlowCall) {
+  // torchrun's main thread: time.sleep() in the elastic agent's monitor loop while its workers run.
   PythonProfile p = make_profile();
+  constexpr uint64_t kMonitor = 0x5000;
+  describe(p, kMonitor, "SimpleElasticAgent._invoke_run",
+           "/usr/lib/python3/dist-packages/torch/distributed/elastic/agent/server/api.py");
   Session s = session_with(kPid);
   s.process(kPid + 5).ppid = kPid;  // it started a worker
   uint64_t t = 1'000'000'000;
-  for (int i = 0; i < 100; ++i, t += kPeriod) p.on_sample(sample(t, {kStall, kMain}));
+  for (int i = 0; i < 100; ++i, t += kPeriod) p.on_sample(sample(t, {kMonitor, kMain}));
   EXPECT_TRUE(p.take_anomalies(s, t, true).empty());
+}
+
+TEST(PythonProfile, AProcessWithWorkersIsJudgedByWhatItsOwnCodeDoes) {
+  // A training loop with DataLoader workers: its children do not make its own stall a wait.
+  PythonProfile p = make_profile();
+  Session s = session_with(kPid);
+  s.process(kPid + 5).ppid = kPid;
+  p.note_traced_call(kPid, kPid, 1, 10);
+  uint64_t t = 1'000'000'000;
+  for (int i = 0; i < 40; ++i, t += kPeriod) p.on_sample(sample(t, {kStall, kTrain, kMain}));
+  for (int i = 0; i < 3; ++i, t += kPeriod) p.on_sample(sample(t, {kStep, kTrain, kMain}));
+  std::vector<Anomaly> found = p.take_anomalies(s, t, true);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].evidence["function"], "train.py:Trainer.load_batch");
+  // So is a process with workers that traced nothing (only the python layer on): its own code.
+  PythonProfile q = make_profile();
+  t = 1'000'000'000;
+  for (int i = 0; i < 40; ++i, t += kPeriod) q.on_sample(sample(t, {kStall, kTrain, kMain}));
+  EXPECT_EQ(q.take_anomalies(s, t, true).size(), 1u);
+}
+
+TEST(PythonProfile, AThreadWaitingForWorkIsIdleNotSlow) {
+  // A DataLoader worker between batches (selector on its index queue), a pin-memory thread on
+  // a queue.Queue: both wait off CPU in the standard library for work to be handed to them.
+  PythonProfile p = make_profile();
+  constexpr uint64_t kSelect = 0x5000, kWait = 0x6000, kLoop = 0x7000;
+  describe(p, kSelect, "_PollLikeSelector.select", "/usr/lib/python3.11/selectors.py", 400);
+  describe(p, kWait, "Condition.wait", "/usr/lib/python3.11/threading.py", 300);
+  describe(p, kLoop, "_worker_loop",
+           "/usr/lib/python3/dist-packages/torch/utils/data/_utils/worker.py", 200);
+  Session s = session_with(kPid);
+  p.note_traced_call(kPid, kPid, 1, 10);
+  p.note_traced_call(kPid, kPid + 1, 1, 10);
+  uint64_t t = 1'000'000'000;
+  for (int i = 0; i < 100; ++i, t += kPeriod) {
+    p.on_sample(sample(t, {kSelect, kLoop}));
+    p.on_sample(sample(t + 1, {kWait, kLoop}, kPid + 1));
+  }
+  EXPECT_TRUE(p.take_anomalies(s, t, true).empty());
+  // Their time is idle time, apart from the work in the report.
+  const PythonFunctionStats& select = p.functions().at("selectors.py:_PollLikeSelector.select");
+  EXPECT_EQ(select.idle_self_ns, select.self_ns);
+  EXPECT_EQ(p.functions().at("torch/utils/data/_utils/worker.py:_worker_loop").threads.size(), 2u);
+  // The same function computing (on CPU) is not waiting: judged.
+  PythonProfile q = make_profile();
+  describe(q, kSelect, "_PollLikeSelector.select", "/usr/lib/python3.11/selectors.py", 400);
+  t = 1'000'000'000;
+  for (int i = 0; i < 100; ++i, t += kPeriod) q.on_sample(sample(t, {kSelect, kMain}, kPid, true));
+  EXPECT_EQ(q.take_anomalies(s, t, true).size(), 1u);
+}
+
+TEST(PythonProfile, OneStallInEachEpochsWorkersIsOneFinding) {
+  // A DataLoader without persistent workers forks new ones each epoch; the same __getitem__
+  // stalls once per epoch, in another process each time.
+  PythonProfile p = make_profile();
+  Session s = session_with(kPid);
+  s.process(kPid).cmdline = {"python3", "train.py"};
+  const uint32_t workers[] = {kPid + 1, kPid + 2};
+  for (uint32_t w : workers) {
+    s.process(w).ppid = kPid;
+    s.process(w).cmdline = s.process(kPid).cmdline;
+    p.on_fork(kPid, w);
+  }
+  uint64_t t = 1'000'000'000;
+  for (uint32_t w : workers) {
+    for (int i = 0; i < 30; ++i, t += kPeriod) {
+      PySampleEvent e = sample(t, {kStall, kMain}, w);
+      e.pid = w;
+      p.on_sample(e);
+    }
+  }
+  ASSERT_EQ(p.take_anomalies(s, t, true).size(), 1u);
+  const nlohmann::json slow = p.figures()["slow_calls"];
+  ASSERT_EQ(slow.size(), 1u);
+  EXPECT_EQ(slow[0]["occurrences"], 2);
+  EXPECT_EQ(slow[0]["pids"], nlohmann::json::array({kPid + 1, kPid + 2}));
+  // A process that exec'd another program is a process of its own kind.
+  PythonProfile q = make_profile();
+  s.process(kPid + 2).cmdline = {"python3", "other.py"};
+  t = 1'000'000'000;
+  for (uint32_t w : workers) {
+    q.on_fork(kPid, w);
+    for (int i = 0; i < 30; ++i, t += kPeriod) {
+      PySampleEvent e = sample(t, {kStall, kMain}, w);
+      e.pid = w;
+      q.on_sample(e);
+    }
+  }
+  EXPECT_EQ(q.take_anomalies(s, t, true).size(), 2u);
+}
+
+TEST(PythonProfile, ImportsAreStartUpNotStalls) {
+  PythonProfile p = make_profile();
+  constexpr uint64_t kTorch = 0x5000, kBootstrap = 0x6000;
+  describe(p, kTorch, "<module>", "/usr/lib/python3/dist-packages/torch/__init__.py");
+  describe(p, kBootstrap, "_call_with_frames_removed", "<frozen importlib._bootstrap>", 233);
+  Session s = session_with(kPid);
+  uint64_t t = 1'000'000'000;
+  // 350 ms inside `import torch`: the module's code, under the import machinery.
+  for (int i = 0; i < 35; ++i, t += kPeriod) p.on_sample(sample(t, {kTorch, kBootstrap, kMain}));
+  for (int i = 0; i < 3; ++i, t += kPeriod) p.on_sample(sample(t, {kStep, kMain}));
+  EXPECT_TRUE(p.take_anomalies(s, t, true).empty());
+  const nlohmann::json startup = p.figures()["startup"];
+  ASSERT_EQ(startup.size(), 1u);
+  EXPECT_EQ(startup[0]["pid"], kPid);
+  EXPECT_DOUBLE_EQ(startup[0]["import_s"].get<double>(), 0.35);
+  ASSERT_EQ(startup[0]["slowest_imports"].size(), 1u);
+  EXPECT_EQ(startup[0]["slowest_imports"][0]["function"], "torch/__init__.py:<module>");
+}
+
+TEST(PythonProfile, OneFunctionStallingAtTwoLinesIsOneFinding) {
+  // CPython 3.8: f_lasti counts bytes, and lnotab {2, 1} puts offset 0 at the first line and
+  // offset 2 onwards at the next.
+  PythonProfile p({.rate_hz = 100, .slow_call_ns = 100'000'000});
+  p.add_interpreter({kPid, 308, "/usr/bin/python3.8", false, ""});
+  PyCodeEvent e;
+  e.pid = kPid;
+  e.code = kStall;
+  e.name = "load_batch";
+  e.file = "/job/train.py";
+  e.firstlineno = 20;
+  e.linetable = {2, 1};
+  e.linetable_complete = true;
+  p.on_code(e);
+  describe(p, kMain, "<module>", "/job/train.py");
+  describe(p, kStep, "step", "/job/train.py", 30);
+  Session s = session_with(kPid);
+  uint64_t t = 1'000'000'000;
+  auto stall_at = [&](uint64_t lasti) {
+    for (int i = 0; i < 20; ++i, t += kPeriod) {
+      PySampleEvent ev = sample(t, {kStall, kMain});
+      ev.frames[0].instr = lasti;
+      p.on_sample(ev);
+    }
+    for (int i = 0; i < 3; ++i, t += kPeriod) p.on_sample(sample(t, {kStep, kMain}));
+  };
+  stall_at(0);  // line 20
+  stall_at(4);  // line 21
+  std::vector<Anomaly> found = p.take_anomalies(s, t, true);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].evidence["line"], 20);
+  const nlohmann::json slow = p.figures()["slow_calls"];
+  ASSERT_EQ(slow.size(), 1u);
+  EXPECT_EQ(slow[0]["occurrences"], 2);
+  EXPECT_EQ(slow[0]["lines"], nlohmann::json::array({20, 21}));
+}
+
+TEST(PythonProfile, ImplausibleCodeObjectsAndTheSamplesThroughThemAreRejected) {
+  // What the walker read from freed or reused memory, as seen on real jobs.
+  PythonProfile p = make_profile();
+  describe(p, 0x5000, "\xe0y\x94", "/job/train.py");
+  describe(p, 0x5100, "?", "/usr/lib/python3.11/__future__.py");
+  describe(p, 0x5200, "name", "origin");
+  describe(p, 0x5300, "_init_old", "?");
+  describe(p, 0x5400, "step", "/job/train.py", 1993825072);
+  describe(p, 0x5500, "step", "/job/tr\x01ain.py");
+  uint64_t t = 1'000'000'000;
+  for (uint64_t code : {0x5000, 0x5100, 0x5200, 0x5300, 0x5400, 0x5500}) {
+    p.on_sample(sample(t, {code, kMain}));
+    t += kPeriod;
+  }
+  p.on_sample(sample(t, {kTrain, 0x1234567, kMain}));  // not a pointer to an object
+  p.on_sample(sample(t + kPeriod, {kTrain, kMain}));   // a good one
+  const nlohmann::json f = p.figures();
+  EXPECT_EQ(f["codes_rejected"], 6);
+  EXPECT_EQ(f["samples_rejected"], 7);
+  EXPECT_EQ(f["samples"], 1);
+  EXPECT_EQ(p.functions().size(), 2u);  // train and <module> of the good sample
+  EXPECT_EQ(p.site(kPid, 0x5200, 0), nullptr);
+  // A code object described again, properly, is named from then on.
+  describe(p, 0x5200, "Trainer.load_batch", "/job/train.py", 20);
+  ASSERT_NE(p.site(kPid, 0x5200, 0), nullptr);
+}
+
+TEST(PythonProfile, PlausibleCodeObjects) {
+  EXPECT_TRUE(plausible_python_code("<module>", "/job/train.py", 1));
+  EXPECT_TRUE(plausible_python_code("Trainer.fit.<locals>.<lambda>", "train.py", 10));
+  EXPECT_TRUE(
+      plausible_python_code("_call_with_frames_removed", "<frozen importlib._bootstrap>", 233));
+  EXPECT_TRUE(plausible_python_code("run", "/usr/bin/torchrun", 0));  // a script without .py
+  EXPECT_TRUE(plausible_python_code("f2", "<string>", 1));
+  EXPECT_FALSE(plausible_python_code("", "/job/train.py", 1));
+  EXPECT_FALSE(plausible_python_code("a..b", "/job/train.py", 1));
+  EXPECT_FALSE(plausible_python_code("1st", "/job/train.py", 1));
+  EXPECT_FALSE(plausible_python_code("f", "<string", 1));
+  EXPECT_FALSE(plausible_python_code("f", "/job/train.py", uint64_t{1} << 31));
+}
+
+TEST(PythonProfile, FunctionKeysTellModulesApart) {
+  EXPECT_EQ(python_function_key("/usr/lib/python3/dist-packages/torch/nn/modules/module.py",
+                                "Module._call_impl"),
+            "torch/nn/modules/module.py:Module._call_impl");
+  EXPECT_EQ(
+      python_function_key("/opt/venv/lib/python3.12/site-packages/numpy/__init__.py", "<module>"),
+      "numpy/__init__.py:<module>");
+  EXPECT_EQ(python_function_key("/root/.pyenv/versions/3.8.18/lib/python3.8/multiprocessing/"
+                                "connection.py",
+                                "wait"),
+            "multiprocessing/connection.py:wait");
+  EXPECT_EQ(python_function_key("/usr/lib/python3.11/threading.py", "Thread.run"),
+            "threading.py:Thread.run");
+  EXPECT_EQ(python_function_key("/job/models/resnet.py", "ResNet.forward", "/job"),
+            "models/resnet.py:ResNet.forward");
+  EXPECT_EQ(python_function_key("/job/train.py", "main", "/job"), "train.py:main");
+  EXPECT_EQ(python_function_key("/elsewhere/mypkg/__init__.py", "<module>", "/job"),
+            "mypkg/__init__.py:<module>");
+  EXPECT_EQ(python_function_key("/elsewhere/util.py", "f", "/job"), "util.py:f");
+  EXPECT_EQ(python_function_key("<frozen runpy>", "_run_code"), "<frozen runpy>:_run_code");
+}
+
+TEST(PythonProfile, TheScriptDirectoryComesFromTheCommandLine) {
+  EXPECT_EQ(python_script_dir({"python3", "-u", "train.py", "--lr", "1"}, "/job"), "/job");
+  EXPECT_EQ(python_script_dir({"python3", "-X", "dev", "models/train.py"}, "/job"), "/job/models");
+  EXPECT_EQ(python_script_dir({"/usr/bin/python3.11", "/srv/app/main.py"}, "/tmp"), "/srv/app");
+  EXPECT_EQ(python_script_dir({"python3", "-m", "torch.distributed.run", "t.py"}, "/job"), "");
+  EXPECT_EQ(python_script_dir({"python3", "-c", "print(1)"}, "/job"), "");
+  EXPECT_EQ(python_script_dir({"python3"}, "/job"), "");
 }
 
 TEST(PythonProfile, ALoopOfShortWaitsFromOneLineIsNotOneSlowCall) {

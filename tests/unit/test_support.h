@@ -5,13 +5,17 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 namespace eacgm {
 
@@ -19,6 +23,14 @@ inline constexpr uint64_t kMs = 1'000'000;     // in nanoseconds
 inline constexpr uint64_t kS = 1'000'000'000;  // in nanoseconds
 inline constexpr uint64_t kMiB = 1ull << 20;
 inline constexpr const char* kCudart = "/usr/local/cuda/lib64/libcudart.so.13";
+
+// A BPF record's bytes as the ring buffer hands them over; `size` cuts it short.
+template <typename T>
+std::vector<std::byte> bytes_of(const T& record, size_t size = sizeof(T)) {
+  std::vector<std::byte> out(size);
+  std::memcpy(out.data(), &record, std::min(size, sizeof(T)));
+  return out;
+}
 
 inline std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
