@@ -263,6 +263,13 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
   tracer->torch_filter_ = options.torch_ops;
   tracer->multi_ = kernel_has_uprobe_multi();
   tracer->may_stop_ = options.stop_on_dlopen;
+  // Before any program can stop a target; forked before this process holds a BPF fd.
+  if (Result<TargetGuardian> guardian = TargetGuardian::start(); guardian) {
+    tracer->guardian_.emplace(std::move(*guardian));
+  } else {
+    tracer->warnings_.push_back(guardian.error().message +
+                                "; a target paused when eacgm dies stays paused");
+  }
   tracer->programs_ = std::make_unique<Programs>();
   Programs& p = *tracer->programs_;
 
@@ -485,6 +492,7 @@ std::vector<Tracer::PythonCallCount> Tracer::python_call_counts() const {
 }
 
 Result<void> Tracer::add_target(uint32_t pid) {
+  if (guardian_) guardian_->watch(pid);
   const uint8_t one = 1;
   if (bpf_map_update_elem(bpf_map__fd(programs_->core->maps.targets), &pid, &one, BPF_ANY) != 0) {
     return Error{fmt::format("cannot add pid {} to the traced set: {}", pid, std::strerror(errno))};

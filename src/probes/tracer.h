@@ -17,6 +17,7 @@
 #include "probes/attached_probe.h"
 #include "probes/library_finder.h"
 #include "probes/probe_table.h"
+#include "probes/target_guardian.h"
 #include "probes/torch_ops.h"
 #include "reader/ring_reader.h"
 
@@ -53,6 +54,8 @@ class Tracer {
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
 
+  // Traces `pid` and the children it forks from now on. The guardian learns it first: the
+  // programs may stop it from then on (probes/target_guardian.h).
   Result<void> add_target(uint32_t pid);
   // Probes `path` for `layer` unless that file (by inode) is already probed.
   // Returns whether it was newly probed.
@@ -120,6 +123,8 @@ class Tracer {
  private:
   Tracer() = default;
   Result<void> load_python(const bpf_object_open_opts& open_opts);
+  // First, so that it goes last: its clean end comes after every link is gone.
+  std::optional<TargetGuardian> guardian_;
   struct Programs;
   std::unique_ptr<Programs> programs_;
   std::unique_ptr<RingReader> ring_;

@@ -1,0 +1,47 @@
+// Whatever eacgm pauses, something outside eacgm resumes if eacgm dies.
+//
+// The BPF programs stop a target for a moment (core.bpf.c: after the loader maps a library;
+// torch.bpf.c: as a thread begins to unwind) and eacgm's SIGCONT ends the stop. An agent can die
+// at any moment (SIGKILL, the OOM killer, a node drain, a bug), and a target stopped then would
+// stay stopped forever. So the Tracer starts a guardian first: a small process of its own
+// (double-forked and in its own session, so neither eacgm's exit nor a signal to eacgm's process
+// group takes it along) that holds one end of a socket pair and learns every target eacgm adds.
+// When eacgm's end closes without a word, eacgm is gone and its BPF links go with it: the
+// guardian resumes every stopped target and every stopped descendant of one (a target's children
+// become targets in the kernel before eacgm hears of them), again a little later for stops that
+// were still in flight, says so on stderr, and exits. A clean end tells it there is nothing to do.
+//
+// The child runs only system calls, no allocation: it is forked from a process with threads.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+
+#include "common/result.h"
+
+namespace eacgm {
+
+class TargetGuardian {
+ public:
+  // Forks the guardian. Error when the system refuses the socket pair or the fork.
+  static Result<TargetGuardian> start();
+  TargetGuardian(TargetGuardian&& other) noexcept;
+  TargetGuardian& operator=(TargetGuardian&& other) noexcept;
+  TargetGuardian(const TargetGuardian&) = delete;
+  TargetGuardian& operator=(const TargetGuardian&) = delete;
+  // A clean end: the guardian exits without touching any process.
+  ~TargetGuardian();
+
+  // `pid` may be stopped by eacgm from now on (it and the children it forks).
+  void watch(uint32_t pid);
+  // The guardian's pid, for tests and for `doctor`.
+  pid_t pid() const { return pid_; }
+
+ private:
+  TargetGuardian(int fd, pid_t pid) : fd_(fd), pid_(pid) {}
+  int fd_ = -1;
+  pid_t pid_ = 0;
+};
+
+}  // namespace eacgm
