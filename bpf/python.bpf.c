@@ -90,15 +90,15 @@ static long py_walk_step(__u32 i, struct py_walk* w) {
 /* Names for code objects this process has not shown before, all of them, so
  * that every frame of the sample can be named (the timeline names a frame when
  * it enters the stack). After the first seconds almost every code object has
- * been described and this is one map lookup per frame. */
+ * been described and this is one map lookup and two reads (whether the
+ * address still holds the object described) per frame. */
 static long py_describe_step(__u32 i, struct py_walk* w) {
   __u32 zero = 0;
   struct eacgm_py_sample* e = bpf_map_lookup_elem(&py_scratch, &zero);
   if (!e || i >= e->nframes) return 1;
   struct eacgm_py_code_key key = {.tgid = w->tgid,
                                   .code = e->frames[i & (EACGM_PY_MAX_FRAMES - 1)].code};
-  if (bpf_map_lookup_elem(&py_codes_seen, &key)) return 0;
-  eacgm_py_describe(w->tgid, key.code, w->layout, w->task);
+  eacgm_py_describe(w->tgid, key.code, w->layout, w->task, 1);
   return 0;
 }
 

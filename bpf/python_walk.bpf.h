@@ -65,18 +65,28 @@ struct {
 
 /* Code objects already described to user space, per process. LRU maps are
  * allocated whole when created (a 262,144-entry one took 0.7 s of system
- * time at every start); one evicted is described again, which is harmless. */
+ * time at every start); one evicted is described again, which is harmless.
+ * A code object freed (a module's, once imported) leaves its address to the
+ * next one allocated there: the sampler checks the name and file pointers it
+ * was described with and describes the object again when they changed, or
+ * every later function at that address would bear the first one's name. */
 struct eacgm_py_code_key {
   __u32 tgid;
   __u32 pad;
   __u64 code;
 };
 
+struct eacgm_py_code_seen {
+  __u64 fingerprint; /* co_filename ^ co_qualname pointers when described */
+  __u8 kind;         /* EACGM_PY_CODE_* */
+  __u8 pad[7];
+};
+
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
   __uint(max_entries, 16384);
   __type(key, struct eacgm_py_code_key);
-  __type(value, __u8);
+  __type(value, struct eacgm_py_code_seen);
 } py_codes_seen SEC(".maps");
 
 static __always_inline long eacgm_py_read(void* dst, __u32 size, __u64 src,
@@ -246,13 +256,20 @@ static __always_inline int eacgm_py_is_library_file(const char* f) {
 /* Sends user space a code object's names and line table the first time this
  * process shows it, and says whether it is library code (EACGM_PY_CODE_*;
  * 0 when unknown: a full ring buffer only delays the description to the next
- * sight). */
+ * sight). With `verify` (the sampler: 99 times a second, not every traced
+ * call) an object seen before is described again if its address now holds
+ * another code object. */
 static __always_inline __u8 eacgm_py_describe(__u32 tgid, __u64 code,
                                               const struct eacgm_py_layout* l,
-                                              struct task_struct* task) {
+                                              struct task_struct* task, int verify) {
   struct eacgm_py_code_key key = {.tgid = tgid, .code = code};
-  __u8* known = bpf_map_lookup_elem(&py_codes_seen, &key);
-  if (known) return *known;
+  __u32 name_off = l->code_qualname != EACGM_PY_NONE ? l->code_qualname : l->code_name;
+  struct eacgm_py_code_seen* known = bpf_map_lookup_elem(&py_codes_seen, &key);
+  __u64 name = 0, file = 0;
+  if (known && !verify) return known->kind;
+  name = eacgm_py_word(code, name_off, task);
+  file = eacgm_py_word(code, l->code_filename, task);
+  if (known && known->fingerprint == (name ^ file)) return known->kind;
   struct eacgm_py_code* e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
   if (!e) {
     eacgm_count_drop();
@@ -267,19 +284,20 @@ static __always_inline __u8 eacgm_py_describe(__u32 tgid, __u64 code,
   __u32 first = 0;
   if (eacgm_py_read(&first, sizeof(first), code + l->code_firstlineno, task) != 0) first = 0;
   e->firstlineno = first;
-  __u32 name_off = l->code_qualname != EACGM_PY_NONE ? l->code_qualname : l->code_name;
-  eacgm_py_str(e->name, EACGM_PY_NAME_LEN, eacgm_py_word(code, name_off, task), l, task);
-  eacgm_py_str(e->file, EACGM_PY_FILE_LEN, eacgm_py_word(code, l->code_filename, task), l, task);
+  eacgm_py_str(e->name, EACGM_PY_NAME_LEN, name, l, task);
+  eacgm_py_str(e->file, EACGM_PY_FILE_LEN, file, l, task);
   __u64 table = eacgm_py_word(code, l->code_linetable, task);
   __u64 size = eacgm_py_word(table, l->bytes_size, task);
   e->linetable_len = size > 0xffffffffull ? 0xffffffffu : (__u32)size;
   if (size > EACGM_PY_LINETABLE_LEN) size = EACGM_PY_LINETABLE_LEN;
   if (size == 0 || eacgm_py_read(e->linetable, size, table + l->bytes_data, task) != 0)
     e->linetable_len = 0;
-  __u8 kind = eacgm_py_is_library_file(e->file) ? EACGM_PY_CODE_LIBRARY : EACGM_PY_CODE_USER;
-  bpf_map_update_elem(&py_codes_seen, &key, &kind, BPF_ANY);
+  struct eacgm_py_code_seen seen = {
+      .fingerprint = name ^ file,
+      .kind = eacgm_py_is_library_file(e->file) ? EACGM_PY_CODE_LIBRARY : EACGM_PY_CODE_USER};
+  bpf_map_update_elem(&py_codes_seen, &key, &seen, BPF_ANY);
   bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
-  return kind;
+  return seen.kind;
 }
 
 /* Rodata of every layer object: tag calls with the caller's Python frame. */
@@ -309,7 +327,7 @@ static __attribute__((unused)) long eacgm_py_caller_step(__u32 i, struct eacgm_p
       w->code = c;
       w->instr = at;
     }
-    if (eacgm_py_describe(w->tgid, c, l, 0) != EACGM_PY_CODE_LIBRARY) {
+    if (eacgm_py_describe(w->tgid, c, l, 0, 0) != EACGM_PY_CODE_LIBRARY) {
       w->code = c;
       w->instr = at;
       return 1;
@@ -325,8 +343,7 @@ static __attribute__((unused)) long eacgm_py_caller_step(__u32 i, struct eacgm_p
  * innermost frame when all of the first few are. Code object and
  * instruction word, both 0 when the thread runs no Python. `absent_at` is the
  * thread's memory of py_procs_added when its process was last not found. */
-static __always_inline void eacgm_py_caller(__u64 id, __u32* absent_at, __u64* code,
-                                            __u64* instr) {
+static __always_inline void eacgm_py_caller(__u64 id, __u32* absent_at, __u64* code, __u64* instr) {
   *code = 0;
   *instr = 0;
   if (!py_attribution) return;

@@ -145,6 +145,16 @@ bool is_idle_wait(std::string_view function_key) {
       {"multiprocessing/popen_fork.py", {"wait", "poll"}},
       {"multiprocessing/process.py", {"join"}},
       {"concurrent/futures/_base.py", {"result", "wait", "as_completed"}},
+      // A rank waiting for its peers, in a collective or at the rendezvous: the peer that is
+      // late is the one to name (its own stall is judged on its own thread). The C++ waits
+      // of torch.distributed leave these as the innermost Python frames.
+      {"torch/distributed/distributed_c10d.py",
+       {"all_reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base", "all_to_all",
+        "all_to_all_single", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base",
+        "broadcast", "reduce", "gather", "scatter", "barrier", "monitored_barrier",
+        "_store_based_barrier", "recv", "send", "init_process_group"}},
+      {"torch/distributed/rendezvous.py",
+       {"_create_c10d_store", "_tcp_rendezvous_handler", "_env_rendezvous_handler"}},
   };
   for (const Waits& w : kWaits) {
     if (path == w.path) return std::find(w.names.begin(), w.names.end(), name) != w.names.end();
@@ -176,6 +186,10 @@ void PythonProfile::forget(uint32_t pid) { interpreters_.erase(pid); }
 
 void PythonProfile::on_code(const PyCodeEvent& event) {
   const CodeKey key{event.pid, event.code};
+  // Described again: another code object took a freed one's address. Sites named after the
+  // old one are forgotten with it.
+  site_cache_.erase(site_cache_.lower_bound({event.pid, event.code, 0}),
+                    site_cache_.lower_bound({event.pid, event.code + 1, 0}));
   if (!plausible_python_code(event.name, event.file, event.firstlineno)) {
     // Whatever the walker read there is not a live code object: forget what it was before, so
     // that no sample is named after it.
@@ -291,6 +305,7 @@ std::vector<PythonStackChange> PythonProfile::on_sample(const PySampleEvent& eve
 
   const Code* innermost = code(event.pid, event.frames.front().code);
   const bool idle = innermost && innermost->idle_wait && !event.on_cpu;
+  if (idle) fed_threads_.insert({event.pid, event.tid});
   bool importing = false;
   std::set<std::string_view> seen;  // recursion counts a function once per sample
   for (size_t i = 0; i < event.frames.size(); ++i) {
@@ -317,12 +332,13 @@ std::vector<PythonStackChange> PythonProfile::on_sample(const PySampleEvent& eve
 
   const PyFrameRef& top = event.frames.front();
   const uint64_t hash = stack_hash(event.frames);
-  // Samples show the same innermost call both for one call that blocks and for a loop of
-  // short calls from one line (a paced training step). The kernel tells them apart: a thread
-  // that is waiting now and has begun another wait since the last sample is in a new wait,
-  // so a new call as far as stalls go. (A single call whose wait is broken by wake-ups, such
-  // as a read that trickles in, is judged by its longest unbroken wait.)
-  const bool new_wait = !event.on_cpu && event.voluntary_switches != t.switches;
+  // Samples show the same innermost call both for one call that blocks or computes and for a
+  // loop of short calls from one line (a paced training step, asyncio tasks sharing one stack
+  // shape). The kernel tells them apart: a thread that has begun another wait since the last
+  // sample left the call it was in, so it is in a new call as far as stalls go. (A single call
+  // whose wait is broken by wake-ups, such as a read that trickles in, is judged by its
+  // longest unbroken stretch.)
+  const bool new_wait = event.voluntary_switches != t.switches;
   t.switches = event.voluntary_switches;
   if (t.call && (gap || new_wait || t.call->code != top.code || t.call->stack_hash != hash)) {
     close_call(event.pid, event.tid, *t.call);
@@ -371,7 +387,11 @@ void PythonProfile::close_call(uint32_t pid, uint32_t tid, const OpenCall& call)
   // Seen from first to last sample: it ran that long and up to a period more on each side.
   const uint64_t duration = call.last_ns - call.first_ns + period_ns();
   if (duration <= options_.slow_call_ns) return;
-  if (tid != pid && !working_threads_.contains({pid, tid})) return;  // an idle helper thread
+  // A helper thread that neither makes traced calls nor takes work from a queue keeps time
+  // (a heartbeat, a progress bar, a watchdog): its sleeps are its job.
+  if (tid != pid && !working_threads_.contains({pid, tid}) && !fed_threads_.contains({pid, tid})) {
+    return;
+  }
   // Loading modules (`import torch` takes seconds): start-up, reported as such.
   if (call.importing) {
     note_slow_import(pid, duration, call);

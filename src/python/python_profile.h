@@ -192,7 +192,9 @@ class PythonProfile {
   std::map<std::string, PythonFunctionStats> functions_;
   std::map<std::pair<uint32_t, uint32_t>, Thread> threads_;
   std::set<std::pair<uint32_t, uint32_t>> working_threads_;  // made traced calls
-  std::unordered_map<std::string, PythonSite> sites_;        // by "function\0line"
+  // Seen waiting for work handed to them (a consumer on a queue): what they do with it is work.
+  std::set<std::pair<uint32_t, uint32_t>> fed_threads_;
+  std::unordered_map<std::string, PythonSite> sites_;  // by "function\0line"
   std::map<std::tuple<uint32_t, uint64_t, uint64_t>, const PythonSite*> site_cache_;
   std::vector<PyGcEvent> gc_events_;
   std::map<int, PythonGcStats> gc_by_generation_;

@@ -145,6 +145,22 @@ void describe(PythonProfile& p, uint64_t addr, std::string name, std::string fil
   p.on_code(e);
 }
 
+TEST(PythonProfile, AConsumerThreadThatStallsIsASlowCall) {
+  // A helper thread taking work from a queue.Queue, whose handling of one item stalls.
+  PythonProfile p = make_profile();
+  constexpr uint64_t kWait = 0x6000;
+  describe(p, kWait, "Condition.wait", "/usr/lib/python3.11/threading.py", 300);
+  Session s = session_with(kPid);
+  const uint32_t consumer = kPid + 1;
+  uint64_t t = 1'000'000'000;
+  for (int i = 0; i < 20; ++i, t += kPeriod) p.on_sample(sample(t, {kWait, kMain}, consumer));
+  for (int i = 0; i < 40; ++i, t += kPeriod) p.on_sample(sample(t, {kStall, kMain}, consumer));
+  for (int i = 0; i < 5; ++i, t += kPeriod) p.on_sample(sample(t, {kWait, kMain}, consumer));
+  std::vector<Anomaly> found = p.take_anomalies(s, t, true);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].evidence["tid"], consumer);
+}
+
 TEST(PythonProfile, ASupervisorsWaitInLibraryCodeIsNotASlowCall) {
   // torchrun's main thread: time.sleep() in the elastic agent's monitor loop while its workers run.
   PythonProfile p = make_profile();
@@ -330,6 +346,18 @@ TEST(PythonProfile, ImplausibleCodeObjectsAndTheSamplesThroughThemAreRejected) {
   ASSERT_NE(p.site(kPid, 0x5200, 0), nullptr);
 }
 
+TEST(PythonProfile, ACodeObjectDescribedAgainAtTheSameAddressRenamesIt) {
+  // site.py's module code, freed once imported, left its address to the script's function.
+  PythonProfile p = make_profile();
+  describe(p, 0x5000, "<module>", "/usr/lib/python3.11/site.py");
+  ASSERT_EQ(p.site(kPid, 0x5000, 0)->function, "site.py:<module>");
+  describe(p, 0x5000, "slow", "/job/train.py", 40);
+  EXPECT_EQ(p.site(kPid, 0x5000, 0)->function, "train.py:slow");
+  p.on_sample(sample(1'000'000'000, {0x5000, kMain}));
+  EXPECT_EQ(p.functions().at("train.py:slow").self_ns, kPeriod);
+  EXPECT_FALSE(p.functions().contains("site.py:<module>"));
+}
+
 TEST(PythonProfile, PlausibleCodeObjects) {
   EXPECT_TRUE(plausible_python_code("<module>", "/job/train.py", 1));
   EXPECT_TRUE(plausible_python_code("Trainer.fit.<locals>.<lambda>", "train.py", 10));
@@ -391,6 +419,18 @@ TEST(PythonProfile, ALoopOfShortWaitsFromOneLineIsNotOneSlowCall) {
   for (int i = 0; i < 300; ++i, t += kPeriod)
     q.on_sample(sample(t, {kStep, kMain}, kPid, false, 7));
   EXPECT_EQ(q.take_anomalies(s, t, true).size(), 1u);
+}
+
+TEST(PythonProfile, ALoopOfShortComputationsBetweenWaitsIsNotOneSlowCall) {
+  // asyncio tasks computing 1 ms between awaits: every sample finds one of them in the same
+  // function with the same stack, on CPU, but the thread waited (in the selector) in between.
+  PythonProfile p = make_profile();
+  Session s = session_with(kPid);
+  uint64_t t = 1'000'000'000;
+  for (uint64_t i = 0; i < 300; ++i, t += kPeriod) {
+    p.on_sample(sample(t, {kStep, kMain}, kPid, true, /*switches=*/i * 4));
+  }
+  EXPECT_TRUE(p.take_anomalies(s, t, true).empty());
 }
 
 TEST(PythonProfile, AWaitInsideATracedCallIsNotAPythonStall) {
