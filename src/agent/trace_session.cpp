@@ -18,6 +18,7 @@
 
 #include "agent/privileges.h"
 #include "agent/recorder.h"
+#include "agent/session_dir.h"
 #include "gpu/gpu_layer.h"
 #include "probes/tracer.h"
 #include "sinks/async_sinks.h"
@@ -41,20 +42,6 @@ int64_t realtime_offset_ns() {
   clock_gettime(CLOCK_MONOTONIC, &mono);
   clock_gettime(CLOCK_REALTIME, &real);
   return (int64_t{real.tv_sec} - mono.tv_sec) * 1000000000ll + (real.tv_nsec - mono.tv_nsec);
-}
-
-Result<void> prepare_output_dir(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Error{fmt::format("cannot create output directory {}: {}", dir, ec.message())};
-  const std::string probe = dir + "/.eacgm-write-test";
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return Error{fmt::format("output directory {} is not writable: {}", dir, std::strerror(errno))};
-  }
-  close(fd);
-  unlink(probe.c_str());
-  return {};
 }
 
 std::map<std::string, std::string> own_environment() {
@@ -88,8 +75,9 @@ class TraceRun {
   std::optional<int> start() {
     const Privileges privileges = current_privileges();
     if (!privileges.sufficient()) return fail(kExitUsage, privileges.explain());
-    if (auto r = prepare_output_dir(options_.out_dir); !r)
-      return fail(kExitUsage, r.error().message);
+    auto dir = SessionDir::claim(options_.out_dir);
+    if (!dir) return fail(kExitUsage, dir.error().message);
+    dir_.emplace(std::move(*dir));
 
     session_.version = EACGM_VERSION;
     session_.realtime_offset_ns = realtime_offset_ns();
@@ -129,6 +117,14 @@ class TraceRun {
       tracer_->start_python_sampler(options_.python_rate_hz);
     }
 
+    // The recording starts now: the previous session in the directory goes, whole.
+    auto cleared = dir_->clear_previous();
+    if (!cleared) return fail(kExitUsage, cleared.error().message);
+    if (dir_->had_session()) {
+      fmt::print(stderr, "eacgm: replacing the session recorded earlier in {} ({} files removed)\n",
+                 options_.out_dir, *cleared);
+    }
+    reserve_summary(options_.out_dir + "/summary.json");
     auto sqlite = SqliteWriter::open(options_.out_dir + "/events.sqlite");
     if (!sqlite) return fail(kExitUsage, sqlite.error().message);
     auto perfetto = PerfettoWriter::open(options_.out_dir + "/trace.perfetto-trace");
@@ -137,7 +133,9 @@ class TraceRun {
     std::vector<std::unique_ptr<Sink>> files;
     files.push_back(std::move(*sqlite));
     files.push_back(std::move(*perfetto));
-    recorder_.add_sink(std::make_unique<AsyncSinks>(std::move(files)));
+    auto async = std::make_unique<AsyncSinks>(std::move(files));
+    files_ = async.get();
+    recorder_.add_sink(std::move(async));
 
     // Before the job starts, so its whole life is sampled. Never fatal.
     if (options_.layers.contains(Layer::kGpu)) {
@@ -183,7 +181,8 @@ class TraceRun {
     }
   }
 
-  // Detaches, drains, and writes every output. Returns false if an output failed.
+  // Detaches, drains, and writes every output. Returns false if an output failed: then
+  // summary.json (if it could be written) and the last message say what is missing.
   bool finish() {
     recorder_.resume_stopped_targets();
     tracer_->drain();
@@ -226,12 +225,14 @@ class TraceRun {
           break;
         }
       }
+      // Probes on a library of the search path prove nothing: the job may never load it.
+      state.loaded_by_job = recorder_.layer_mapped(layer) || !state.calls.empty();
       if (state.libraries.empty()) {
         state.status = LayerStatus::kUnavailable;
         state.reason = fmt::format(
             "no {} library was found in the traced processes or on their library search path",
             prefix);
-      } else if (layer == Layer::kTorch && !recorder_.layer_mapped(layer) && state.calls.empty()) {
+      } else if (layer == Layer::kTorch && !state.loaded_by_job) {
         // PyTorch installed on the machine is common; the job using it is what counts.
         state.status = LayerStatus::kUnavailable;
         state.reason =
@@ -246,14 +247,39 @@ class TraceRun {
       fmt::print(stderr, "eacgm: error: {}\n", error);
       ok = false;
     }
+    session_.lost = files_->losses();
+    // Flight recorder files are written while the job runs, by the recorder, which reports a
+    // failure as a warning only ("cannot write PATH: reason"): those of this session count too.
+    const std::string flight_prefix = "cannot write " + options_.out_dir + "/flight_recorder/";
+    for (const std::string& warning : recorder_.warnings()) {
+      if (!warning.starts_with(flight_prefix)) continue;
+      const size_t colon = warning.find(':', flight_prefix.size());
+      const std::string file = warning.substr(flight_prefix.size(), colon - flight_prefix.size());
+      session_.lost.push_back({.output = "flight_recorder/" + file, .error = warning});
+    }
+    ok = ok && session_.lost.empty();
     const std::string summary_path = options_.out_dir + "/summary.json";
+    bool summary_written = true;
     if (auto r = write_summary(session_, summary_path); !r) {
       fmt::print(stderr, "eacgm: error: {}\n", r.error().message);
-      ok = false;
+      ok = summary_written = false;
     }
     if (!options_.quiet) fmt::print("{}", text_report(session_));
-    fmt::print(stderr, "eacgm: session written to {}\n", options_.out_dir);
-    return ok;
+    if (ok) {
+      fmt::print(stderr, "eacgm: session written to {}\n", options_.out_dir);
+      return true;
+    }
+    // The last word, where a script's log shows it: what is missing, and the likely cause.
+    std::string missing;
+    for (const OutputLoss& loss : session_.lost) {
+      missing += fmt::format("; {}: {}", loss.output, describe_loss(loss));
+    }
+    if (!summary_written) missing += "; summary.json could not be written";
+    fmt::print(stderr,
+               "eacgm: error: the session in {} is incomplete: a write failed (is the disk "
+               "full?){}\n",
+               options_.out_dir, missing);
+    return false;
   }
 
   ~TraceRun() {
@@ -266,6 +292,8 @@ class TraceRun {
   Recorder recorder_;
   std::unique_ptr<Tracer> tracer_;
   std::unique_ptr<GpuLayer> gpu_;  // null when the gpu layer is not selected
+  std::optional<SessionDir> dir_;  // locked from start() to the end of the run
+  AsyncSinks* files_ = nullptr;    // the file sinks (owned by the recorder)
   sigset_t signals_ = loop_signals();
   int sigfd_ = -1;
 };
@@ -328,7 +356,13 @@ int run_record(const TraceOptions& options, const std::vector<std::string>& comm
     close(go[1]);
     close(exec_error[0]);
     char byte;
-    if (read(go[0], &byte, 1) != 1) _exit(127);  // eacgm died before the probes were ready
+    if (read(go[0], &byte, 1) != 1) {
+      // eacgm died before its probes were ready (it kills the job itself on its own errors):
+      // the job must not pay for that, so it runs, untraced.
+      static constexpr char kUntraced[] =
+          "eacgm: the agent ended before tracing began; the job runs untraced\n";
+      (void)!write(STDERR_FILENO, kUntraced, sizeof(kUntraced) - 1);
+    }
     sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     std::vector<char*> argv;
     for (const std::string& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
@@ -395,16 +429,17 @@ int run_record(const TraceOptions& options, const std::vector<std::string>& comm
   if (status) run.session().exit_code = exit_code_of(*status);
   const bool written = run.finish();
   sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-  if (!written) fmt::print(stderr, "eacgm: warning: the session is incomplete (see above)\n");
-  // The job's exit code is the contract: scripts wrap jobs in `eacgm record`.
-  return status ? exit_code_of(*status) : 130;
+  if (!status) return 130;
+  // The job's exit code is the contract: scripts wrap jobs in `eacgm record`. When the job
+  // succeeded but its session lost output, a 0 would hide the loss: kExitOutputLost instead.
+  const int job = exit_code_of(*status);
+  return job == 0 && !written ? kExitOutputLost : job;
 }
 
 int run_attach(const TraceOptions& options, int pid, std::optional<double> duration_s) {
   if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) {
     return fail(kExitUsage, fmt::format("no process with pid {}", pid));
   }
-  if (duration_s && *duration_s <= 0) return fail(kExitUsage, "the duration must be positive");
   sigset_t old_mask;
   sigset_t wanted = loop_signals();
   sigprocmask(SIG_BLOCK, &wanted, &old_mask);
@@ -433,7 +468,7 @@ int run_attach(const TraceOptions& options, int pid, std::optional<double> durat
       });
   const bool ok = run.finish();
   sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-  return ok ? 0 : 1;
+  return ok ? kExitOk : kExitOutputLost;
 }
 
 }  // namespace eacgm

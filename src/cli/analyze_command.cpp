@@ -15,6 +15,7 @@
 #include "analysis/leak_detector.h"
 #include "analysis/session_db.h"
 #include "analysis/window_analyzer.h"
+#include "cli/numeric_flags.h"
 #include "common/json_text.h"
 #include "sinks/summary.h"
 
@@ -64,15 +65,15 @@ void add_learn_options(CLI::App* cmd, LearnArgs& a) {
       ->capture_default_str();
   cmd->add_option("--threshold-quantile", a.quantile,
                   "GMM threshold: this quantile of the training log-likelihoods...")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(bounded(0, 1, "(a fraction)"))
       ->capture_default_str();
   cmd->add_option("--threshold-margin", a.margin, "...minus this many nats")
-      ->check(CLI::NonNegativeNumber)
+      ->check(bounded(0, 1000, "nats"))
       ->capture_default_str();
   cmd->add_option("--density", a.density,
                   "GMM threshold: a window is anomalous when its density is below this (the "
                   "seed's 1e-5) instead of the quantile rule")
-      ->check(CLI::PositiveNumber);
+      ->check(bounded(1e-300, 1e300, "(a probability density)"));
 }
 
 bool write_json(const std::string& path, const nlohmann::json& j, std::string& error) {
@@ -199,12 +200,12 @@ void add_analyze_commands(CLI::App& app, std::function<int()>& run) {
   analyze
       ->add_option("--warmup", analyze_args->warmup,
                    "one-second windows of each worker that form its baseline")
-      ->check(CLI::Range(5, 100000))
+      ->check(bounded(5, 100000, "windows"))
       ->capture_default_str();
   analyze
       ->add_option("--persist", analyze_args->persist,
                    "consecutive anomalous windows before a report")
-      ->check(CLI::Range(1, 1000))
+      ->check(bounded(1, 1000, "windows"))
       ->capture_default_str();
   analyze->add_flag("-q,--quiet", analyze_args->quiet, "print nothing");
   add_learn_options(analyze, analyze_args->learn);
@@ -220,7 +221,7 @@ void add_analyze_commands(CLI::App& app, std::function<int()>& run) {
   fit->add_option("sessions", fit_args->sessions, "session directories")->required();
   fit->add_option("-o,--output", fit_args->output, "model JSON file to write")->required();
   fit->add_option("--window", fit_args->learn.window_s, "window length, seconds")
-      ->check(CLI::Range(0.1, 3600.0))
+      ->check(bounded(0.1, 3600, "seconds"))
       ->capture_default_str();
   add_learn_options(fit, fit_args->learn);
   fit->callback([fit_args, &run] {

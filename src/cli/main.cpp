@@ -16,6 +16,7 @@
 #include "cli/cluster_command.h"
 #include "cli/doctor.h"
 #include "cli/gmm_command.h"
+#include "cli/numeric_flags.h"
 #include "cli/serve_command.h"
 #include "probes/torch_ops.h"
 
@@ -56,12 +57,13 @@ void add_trace_options(CLI::App* cmd, eacgm::TraceOptions& opts, std::string& la
       "gpu layer: NVML library to load (default: libnvidia-ml.so.1 on the search path)");
   cmd->add_option("--gpu-rate", opts.gpu_rate_hz, "gpu layer: samples per second per GPU")
       ->default_val(10.0)
-      ->check(CLI::Range(0.1, 1000.0));
+      ->check(eacgm::bounded(eacgm::kMinGpuRateHz, eacgm::kMaxGpuRateHz, "samples per second"));
   cmd->add_option("--hang-timeout", opts.hang_timeout_s,
                   "seconds a collective may wait for missing ranks, or every rank inside it, "
                   "before it is a hang (reported as resolved if it moves later)")
       ->default_val(3.0)
-      ->check(CLI::PositiveNumber);
+      ->check(eacgm::bounded(eacgm::kMinHangTimeoutS, eacgm::kMaxHangTimeoutS,
+                             "seconds (at most a day)"));
   cmd->add_option("--torch-ops", opts.torch_ops,
                   "torch layer: operators to trace: default (the costly ones), all, or a regular "
                   "expression matching aten::OP.OVERLOAD, OP.OVERLOAD or OP whole")
@@ -73,12 +75,12 @@ void add_trace_options(CLI::App* cmd, eacgm::TraceOptions& opts, std::string& la
   cmd->add_option("--python-rate", opts.python_rate_hz,
                   "python layer: stack samples per second of every thread that runs Python")
       ->default_val(99.0)
-      ->check(CLI::Range(1.0, 1000.0));
+      ->check(eacgm::bounded(1, 1000, "samples per second"));
   cmd->add_option("--python-slow-ms", opts.python_slow_ms,
                   "python layer: a call that stays the innermost Python frame longer than this "
                   "is a slow_call anomaly")
       ->default_val(100.0)
-      ->check(CLI::PositiveNumber);
+      ->check(eacgm::bounded(1, 3'600'000, "milliseconds (1 ms to 1 hour)"));
   cmd->add_flag("--python-calls", opts.python_calls,
                 "python layer: count every Python function call through the interpreter's USDT "
                 "probes (where it has them; costs about a microsecond per call)");
@@ -88,6 +90,32 @@ void add_trace_options(CLI::App* cmd, eacgm::TraceOptions& opts, std::string& la
       "never pause a target to probe a library it just loaded");
   cmd->add_flag("-q,--quiet", opts.quiet, "do not print the report");
   cmd->add_flag("-v,--verbose", opts.verbose, "show libbpf's diagnostics");
+}
+
+// The word where a command was expected, if it names none: CLI11 alone says "A subcommand is
+// required" of `eacgm nosuchcommand`, as if no command had been given. Walks the words down
+// through the commands that require one of their own (eacgm, eacgm model); nullopt when every
+// command word is known, or an option comes first (CLI11 reports that better).
+std::optional<std::string> unknown_command(CLI::App& app, int argc, char** argv) {
+  CLI::App* current = &app;
+  for (int i = 1; i < argc && current->get_require_subcommand_min() > 0; ++i) {
+    const std::string word = argv[i];
+    if (word.starts_with('-')) return std::nullopt;
+    std::vector<std::string> names;
+    CLI::App* next = nullptr;
+    for (CLI::App* sub : current->get_subcommands([](CLI::App*) { return true; })) {
+      names.push_back(sub->get_name());
+      if (sub->check_name(word)) next = sub;
+    }
+    if (next == nullptr) {
+      const std::string where =
+          current == &app ? "" : fmt::format(" of 'eacgm {}'", current->get_name());
+      return fmt::format("unknown command '{}'{}; the commands are: {}", word, where,
+                         fmt::join(names, ", "));
+    }
+    current = next;
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -124,8 +152,12 @@ int main(int argc, char** argv) {
   std::optional<double> duration;
   CLI::App* attach = app.add_subcommand("attach", "trace a running process and its descendants");
   add_trace_options(attach, attach_opts, attach_layers);
-  attach->add_option("-p,--pid", pid, "process to trace")->required();
-  attach->add_option("-d,--duration", duration, "seconds to trace (default: until Ctrl-C)");
+  // Within pid_t: larger numbers would overflow; a pid the kernel never hands out is "no process".
+  attach->add_option("-p,--pid", pid, "process to trace")
+      ->required()
+      ->check(eacgm::bounded(1, 2147483647, "(a process id)"));
+  attach->add_option("-d,--duration", duration, "seconds to trace (default: until Ctrl-C)")
+      ->check(eacgm::bounded(0.1, 30 * 86400, "seconds (at most 30 days)"));
 
   // Everything after the first "--" is the job's command line, untouched
   // (CLI11 would append its own "--" to a prefix command's arguments).
@@ -141,6 +173,10 @@ int main(int argc, char** argv) {
   // With an explicit "--", every option before it is ours: unknown ones are errors.
   if (!job_argv.empty()) record->prefix_command(false);
 
+  if (auto unknown = unknown_command(app, argc, argv)) {
+    fmt::print(stderr, "eacgm: error: {}\nRun 'eacgm --help' for usage.\n", *unknown);
+    return eacgm::kExitUsage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -14,6 +14,7 @@
 #include "agent/privileges.h"
 #include "agent/recorder.h"
 #include "agent/trace_session.h"
+#include "cli/numeric_flags.h"
 #include "gpu/gpu_layer.h"
 #include "probes/tracer.h"
 #include "serve/discovery.h"
@@ -303,18 +304,18 @@ void add_serve_command(CLI::App& app, std::function<int()>& run, LayerParser par
       ->add_option("--hang-timeout", args->options.hang_timeout_s,
                    "seconds a collective may wait for missing ranks before it is a hang")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(bounded(kMinHangTimeoutS, kMaxHangTimeoutS, "seconds (at most a day)"));
   serve
       ->add_option("--scan-interval", args->options.scan_interval_s,
                    "seconds between searches of /proc for new processes")
       ->capture_default_str()
-      ->check(CLI::Range(0.05, 60.0));
+      ->check(bounded(0.05, 60, "seconds"));
   serve->add_option("--nvml-lib", args->options.nvml_lib,
                     "gpu layer: NVML library to load (default: libnvidia-ml.so.1)");
   serve
       ->add_option("--gpu-rate", args->options.gpu_rate_hz, "gpu layer: samples per second per GPU")
       ->capture_default_str()
-      ->check(CLI::Range(0.1, 1000.0));
+      ->check(bounded(kMinGpuRateHz, kMaxGpuRateHz, "samples per second"));
   serve->add_option("--btf", args->options.btf_path,
                     "kernel BTF file (default: the running kernel's)");
   serve->add_flag("-v,--verbose", args->options.verbose,

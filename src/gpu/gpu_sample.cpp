@@ -5,18 +5,25 @@
 namespace eacgm {
 
 const std::array<GpuMetricInfo, kGpuMetricCount>& gpu_metrics() {
+  // NVML reports percentages, MHz and PCIe KB/s (KiB: nvmlDeviceGetPcieThroughput's "KB" are
+  // 1024 bytes).
   static const std::array<GpuMetricInfo, kGpuMetricCount> kMetrics = {{
-      {GpuMetric::kUtil, "util_pct", "utilization", "%"},
-      {GpuMetric::kMemoryUtil, "memory_util_pct", "memory utilization", "%"},
-      {GpuMetric::kMemoryUsed, "memory_used_bytes", "memory used", "bytes"},
-      {GpuMetric::kTemperature, "temperature_c", "temperature", "°C"},
-      {GpuMetric::kPower, "power_w", "power", "W"},
-      {GpuMetric::kPowerLimit, "power_limit_w", "power limit", "W"},
-      {GpuMetric::kSmClock, "sm_clock_mhz", "SM clock", "MHz"},
-      {GpuMetric::kMemoryClock, "memory_clock_mhz", "memory clock", "MHz"},
-      {GpuMetric::kFan, "fan_pct", "fan", "%"},
-      {GpuMetric::kPcieTx, "pcie_tx_kb_per_s", "PCIe TX", "KB/s"},
-      {GpuMetric::kPcieRx, "pcie_rx_kb_per_s", "PCIe RX", "KB/s"},
+      {GpuMetric::kUtil, "util_pct", "utilization", "%", "util_ratio", 1, 100},
+      {GpuMetric::kMemoryUtil, "memory_util_pct", "memory utilization", "%", "memory_util_ratio", 1,
+       100},
+      {GpuMetric::kMemoryUsed, "memory_used_bytes", "memory used", "bytes", "memory_used_bytes", 1,
+       1},
+      {GpuMetric::kTemperature, "temperature_c", "temperature", "°C", "temperature_celsius", 1, 1},
+      {GpuMetric::kPower, "power_w", "power", "W", "power_watts", 1, 1},
+      {GpuMetric::kPowerLimit, "power_limit_w", "power limit", "W", "power_limit_watts", 1, 1},
+      {GpuMetric::kSmClock, "sm_clock_mhz", "SM clock", "MHz", "sm_clock_hertz", 1e6, 1},
+      {GpuMetric::kMemoryClock, "memory_clock_mhz", "memory clock", "MHz", "memory_clock_hertz",
+       1e6, 1},
+      {GpuMetric::kFan, "fan_pct", "fan", "%", "fan_ratio", 1, 100},
+      {GpuMetric::kPcieTx, "pcie_tx_kb_per_s", "PCIe TX", "KB/s", "pcie_tx_bytes_per_second", 1024,
+       1},
+      {GpuMetric::kPcieRx, "pcie_rx_kb_per_s", "PCIe RX", "KB/s", "pcie_rx_bytes_per_second", 1024,
+       1},
   }};
   return kMetrics;
 }

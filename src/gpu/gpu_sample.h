@@ -34,7 +34,19 @@ struct GpuMetricInfo {
   std::string_view key;    // summary.json and gpu_samples column: "temperature_c"
   std::string_view label;  // Perfetto track name: "temperature"
   std::string_view unit;   // for people: "°C"
+  // Prometheus: the reading's name in base units (seconds, bytes, ratios, Hz, as its naming
+  // conventions ask), "temperature_celsius", and how a reading in `unit` becomes one in it:
+  // times `to_base_mul`, divided by `to_base_div` (a percentage is divided by 100, not multiplied
+  // by 0.01, so that 57 % is 0.57 and not 0.5700000000000001).
+  std::string_view prometheus;
+  double to_base_mul = 1;
+  double to_base_div = 1;
 };
+
+// A reading in the unit of `info.prometheus`.
+inline double to_base_unit(const GpuMetricInfo& info, double value) {
+  return value * info.to_base_mul / info.to_base_div;
+}
 
 // Every metric, in enum order.
 const std::array<GpuMetricInfo, kGpuMetricCount>& gpu_metrics();

@@ -62,6 +62,19 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const ListenAddress& addre
   server.set_read_timeout(5, 0);
   server.set_write_timeout(5, 0);
   server.new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
+  // Read-only: any other method is 405 with the methods that are served (RFC 9110: the answer
+  // says which). httplib itself answers 400 for a method without handlers, which reads as a
+  // malformed request. Before routing, so a POST body is never read.
+  server.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (req.method == "GET" || req.method == "HEAD")
+      return httplib::Server::HandlerResponse::Unhandled;
+    res.status = 405;
+    res.set_header("Allow", "GET, HEAD");
+    res.set_content(
+        fmt::format("eacgm serve is read-only: {} is not allowed; use GET\n", req.method),
+        "text/plain");
+    return httplib::Server::HandlerResponse::Handled;
+  });
   server.Get("/metrics", [h = handlers.metrics](const httplib::Request&, httplib::Response& res) {
     res.set_content(h(), "text/plain; version=0.0.4; charset=utf-8");
   });

@@ -11,7 +11,30 @@ namespace {
 
 std::string optional_number(const std::optional<int>& n) { return n ? std::to_string(*n) : ""; }
 
-std::string gpu_family(const GpuMetricInfo& info) { return fmt::format("eacgm_gpu_{}", info.key); }
+// A reading in Prometheus's base units (eacgm_gpu_temperature_celsius), and under the name it had
+// before (eacgm_gpu_temperature_c), kept for one release so that dashboards and rules can move.
+std::string gpu_family(const GpuMetricInfo& info) {
+  return fmt::format("eacgm_gpu_{}", info.prometheus);
+}
+std::string deprecated_gpu_family(const GpuMetricInfo& info) {
+  return info.key == info.prometheus ? std::string() : fmt::format("eacgm_gpu_{}", info.key);
+}
+
+// The base unit, in words, from the name's suffix (the Prometheus naming convention).
+std::string_view base_unit_words(std::string_view name) {
+  static constexpr std::pair<std::string_view, std::string_view> kUnits[] = {
+      {"_ratio", "a ratio from 0 to 1"},
+      {"_celsius", "degrees Celsius"},
+      {"_watts", "watts"},
+      {"_hertz", "hertz"},
+      {"_bytes_per_second", "bytes per second"},
+      {"_bytes", "bytes"},
+  };
+  for (auto [suffix, words] : kUnits) {
+    if (name.ends_with(suffix)) return words;
+  }
+  return "";
+}
 
 }  // namespace
 
@@ -45,9 +68,15 @@ std::vector<MetricFamilyInfo> ServeMetrics::families() {
       {"eacgm_gpu_events_total", "counter", "XID and ECC events each GPU reported (NVML)."},
   };
   for (const GpuMetricInfo& info : gpu_metrics()) {
-    out.push_back(
-        {gpu_family(info), "gauge",
-         fmt::format("Latest NVML reading of each GPU: {} ({}).", info.label, info.unit)});
+    out.push_back({gpu_family(info), "gauge",
+                   fmt::format("Latest NVML reading of each GPU: {}, in {}.", info.label,
+                               base_unit_words(info.prometheus))});
+    if (const std::string old = deprecated_gpu_family(info); !old.empty()) {
+      out.push_back({old, "gauge",
+                     fmt::format("deprecated: use {} (this one is in {}, and goes in the next "
+                                 "release).",
+                                 gpu_family(info), info.unit)});
+    }
   }
   return out;
 }
@@ -253,7 +282,17 @@ std::string ServeMetrics::render() const {
     family(name);
     for (const auto& [device, gpu] : gpus_) {
       if (const auto& v = gpu.values[static_cast<size_t>(m.metric)]) {
-        out.sample(name, {{"device", std::to_string(device)}}, *v);
+        out.sample(name, {{"device", std::to_string(device)}}, to_base_unit(m, *v));
+      }
+    }
+  }
+  for (const GpuMetricInfo& m : gpu_metrics()) {
+    const std::string old = deprecated_gpu_family(m);
+    if (old.empty()) continue;
+    family(old);
+    for (const auto& [device, gpu] : gpus_) {
+      if (const auto& v = gpu.values[static_cast<size_t>(m.metric)]) {
+        out.sample(old, {{"device", std::to_string(device)}}, *v);
       }
     }
   }

@@ -118,10 +118,23 @@ std::string_view layer_status_name(LayerStatus status);  // as in summary.json
 
 struct LayerState {
   LayerStatus status = LayerStatus::kDisabled;
-  std::string reason;                                   // why unavailable or disabled
-  std::vector<std::string> libraries;                   // files whose functions are probed
+  std::string reason;                  // why unavailable or disabled
+  std::vector<std::string> libraries;  // files whose functions are probed
+  // Whether a traced process mapped one of them: record probes the libraries on the job's search
+  // path before it starts, and a job may never load them (a CUDA toolkit on a CPU-only job).
+  bool loaded_by_job = true;
   std::map<std::string, CallStats, std::less<>> calls;  // by symbol name
   nlohmann::json extra = nlohmann::json::object();      // layer-specific figures (nccl: ranks)
+};
+
+// What an output of the session could not hold: a write failed (a full disk) and the rest of it,
+// or all of it, is missing. summary.json lists these ("lost") and says the session is not
+// complete; record and attach say so and exit non-zero.
+struct OutputLoss {
+  std::string output;       // relative to the session directory: "events.sqlite"
+  uint64_t calls = 0;       // calls the output was given
+  uint64_t calls_lost = 0;  // of those, calls not in it
+  std::string error;        // the first failure, with its reason
 };
 
 // Something slow or broken, with the evidence and what to do about it.
@@ -152,8 +165,9 @@ class Session {
   uint64_t end_ns = 0;             // monotonic
   int64_t realtime_offset_ns = 0;  // add to a monotonic time to get wall-clock ns
   uint64_t events_recorded = 0;
-  uint64_t events_dropped = 0;  // ring buffer reservations that failed, all CPUs
-  bool interrupted = false;     // stopped by Ctrl-C or SIGTERM
+  uint64_t events_dropped = 0;   // ring buffer reservations that failed, all CPUs
+  bool interrupted = false;      // stopped by Ctrl-C or SIGTERM
+  std::vector<OutputLoss> lost;  // outputs that could not be written in full
   // Every call's duration is kept for exact percentiles; `eacgm serve` runs
   // for days and keeps its own fixed-bucket histograms instead.
   bool keep_durations = true;
@@ -162,7 +176,7 @@ class Session {
   std::map<Layer, LayerState> layers;
   std::map<uint32_t, DeviceMemory> device_memory;  // by pid
   std::vector<Anomaly> anomalies;
-  OsActivity os;  // the os layer's signals, OOM kills, mappings and ioctls
+  OsActivity os;                     // the os layer's signals, OOM kills, mappings and ioctls
   std::vector<PyGcEvent> python_gc;  // the python layer's garbage collections
   // The torch layer's operators nest: what each call's self time excludes.
   NestedTime torch_nesting;

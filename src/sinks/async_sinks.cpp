@@ -102,6 +102,14 @@ Result<void> AsyncSinks::finish(const Session& session) {
   return {};
 }
 
+std::vector<OutputLoss> AsyncSinks::losses() const {
+  std::vector<OutputLoss> out;
+  for (const auto& sink : sinks_) {
+    for (OutputLoss& loss : sink->losses()) out.push_back(std::move(loss));
+  }
+  return out;
+}
+
 uint64_t AsyncSinks::waits() const {
   std::lock_guard lock(mu_);
   return waits_;

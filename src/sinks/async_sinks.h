@@ -44,6 +44,8 @@ class AsyncSinks : public Sink {
   // this thread (the session is not shared with the writer). The errors of
   // every sink that failed, in one message.
   Result<void> finish(const Session& session) override;
+  // Every sink's, after finish().
+  std::vector<OutputLoss> losses() const override;
 
   // How often the reader had to wait for the writer (for tests and reports).
   uint64_t waits() const;

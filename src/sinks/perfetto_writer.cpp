@@ -1,12 +1,15 @@
 #include "sinks/perfetto_writer.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <string_view>
 
@@ -232,10 +235,11 @@ void PerfettoWriter::append_call_packets(const CallRecord& call, std::string* be
 // as they are, which only matters for such exact ties.
 void PerfettoWriter::on_call(const CallRecord& call) {
   if (finished_ || call.spec == nullptr) return;
+  ++calls_given_;
   ThreadState& thread = threads_[{call.pid, call.tid}];
   if (!error_.empty()) return;
 
-  Subtree tree{.start_ns = call.start_ns, .packets = {}};
+  Subtree tree{.start_ns = call.start_ns, .packets = {}, .calls = 1};
   std::string end;
   append_call_packets(call, &tree.packets, &end);
 
@@ -248,13 +252,14 @@ void PerfettoWriter::on_call(const CallRecord& call) {
   }
   for (auto it = first_child; it != thread.pending.end(); ++it) {
     tree.packets += it->packets;
+    tree.calls += it->calls;
     thread.pending_bytes -= it->packets.size();
   }
   thread.pending.erase(first_child, thread.pending.end());
   tree.packets += end;
 
   if (call.depth == 0) {
-    write_events(tree.packets);
+    write_events(tree.packets, tree.calls);
     return;
   }
   thread.pending_bytes += tree.packets.size();
@@ -312,23 +317,32 @@ void PerfettoWriter::on_python_stack(const PythonStackChange& change) {
 }
 
 void PerfettoWriter::flush_pending(ThreadState* thread) {
-  for (const Subtree& tree : thread->pending) write_events(tree.packets);
+  for (const Subtree& tree : thread->pending) write_events(tree.packets, tree.calls);
   thread->pending.clear();
   thread->pending_bytes = 0;
 }
 
-void PerfettoWriter::write_events(const std::string& bytes) {
+void PerfettoWriter::write_events(const std::string& bytes, uint64_t calls) {
   events_buffer_ += bytes;
+  buffer_calls_ += calls;
   if (events_buffer_.size() >= kEventsBufferBytes) flush_events_buffer();
 }
 
 void PerfettoWriter::flush_events_buffer() {
   if (events_buffer_.empty() || !error_.empty()) return;
+  // Flushed at once, so that a write error belongs to this batch and every earlier one is known
+  // to be whole (the buffer is large: the flush costs nothing).
   if (std::fwrite(events_buffer_.data(), 1, events_buffer_.size(), events_) !=
-      events_buffer_.size()) {
+          events_buffer_.size() ||
+      std::fflush(events_) != 0) {
     fail("writing " + events_path_ + ": " + std::strerror(errno));
+  } else {
+    const Checkpoint last = checkpoints_.empty() ? Checkpoint{} : checkpoints_.back();
+    checkpoints_.push_back(
+        {.bytes = last.bytes + events_buffer_.size(), .calls = last.calls + buffer_calls_});
   }
   events_buffer_.clear();
+  buffer_calls_ = 0;
 }
 
 std::string PerfettoWriter::descriptor_packets(const Session& session) {
@@ -423,22 +437,28 @@ Result<void> PerfettoWriter::finish(const Session& session) {
   finished_ = true;
   for (auto& [key, thread] : threads_) flush_pending(&thread);
   flush_events_buffer();
-  if (error_.empty()) {
-    std::string header = descriptor_packets(session);
-    if (gpu_) header += gpu_->descriptor_packets(session);
-    if (std::fwrite(header.data(), 1, header.size(), out_) != header.size()) {
-      fail("writing " + path_ + ": " + std::strerror(errno));
-    }
-  }
-  if (error_.empty()) {
+  // After a failed write too: the header and the batches that reached the events file whole
+  // are still a valid trace of fewer calls (when the disk has room for them).
+  std::string header = descriptor_packets(session);
+  if (gpu_) header += gpu_->descriptor_packets(session);
+  bool written = std::fwrite(header.data(), 1, header.size(), out_) == header.size();
+  if (!written) fail("writing " + path_ + ": " + std::strerror(errno));
+  header_bytes_ = header.size();
+  if (written) {
     Result<void> appended = assemble();
-    if (!appended.ok()) fail(appended.error().message);
+    written = appended.ok();
+    if (!written) fail(appended.error().message);
   }
-  if (out_ != nullptr) {
-    const bool flushed = std::fflush(out_) == 0;
-    if (!flushed) fail("writing " + path_ + ": " + std::strerror(errno));
+  if (written && std::fflush(out_) != 0) {
+    written = false;
+    fail("writing " + path_ + ": " + std::strerror(errno));
+  }
+  calls_in_trace_ = checkpoints_.empty() ? 0 : checkpoints_.back().calls;
+  if (written) {
     if (std::fclose(out_) != 0) fail("closing " + path_ + ": " + std::strerror(errno));
     out_ = nullptr;
+  } else {
+    cut_to_whole_batches();
   }
   close_files();
   scratch_.reset();
@@ -447,22 +467,53 @@ Result<void> PerfettoWriter::finish(const Session& session) {
   return {};
 }
 
-// Appends the streamed event packets after the descriptors.
+// Appends the streamed event packets after the descriptors: the whole batches, no more (after a
+// failed write, the events file may end in part of one).
 Result<void> PerfettoWriter::assemble() {
-  if (std::fflush(events_) != 0) {
-    return Error{"writing " + events_path_ + ": " + std::strerror(errno)};
-  }
   std::rewind(events_);
   std::vector<char> chunk(kCopyChunkBytes);
-  while (true) {
-    const size_t n = std::fread(chunk.data(), 1, chunk.size(), events_);
-    if (n > 0 && std::fwrite(chunk.data(), 1, n, out_) != n) {
+  uint64_t left = checkpoints_.empty() ? 0 : checkpoints_.back().bytes;
+  while (left > 0) {
+    const size_t n = std::fread(chunk.data(), 1, std::min<uint64_t>(chunk.size(), left), events_);
+    if (n == 0) return Error{"reading " + events_path_ + ": " + std::strerror(errno)};
+    if (std::fwrite(chunk.data(), 1, n, out_) != n) {
       return Error{"writing " + path_ + ": " + std::strerror(errno)};
     }
-    if (n < chunk.size()) break;
+    left -= n;
   }
-  if (std::ferror(events_)) return Error{"reading " + events_path_ + ": " + std::strerror(errno)};
   return {};
+}
+
+void PerfettoWriter::cut_to_whole_batches() {
+  // A write failed: what reached the file is all there is. Closed first, so that stdio's buffer
+  // cannot reach it after the cut.
+  (void)std::fclose(out_);
+  out_ = nullptr;
+  struct stat st {};
+  const uint64_t size = stat(path_.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  uint64_t keep = 0;
+  calls_in_trace_ = 0;
+  if (header_bytes_ > 0 && size >= header_bytes_) {
+    keep = header_bytes_;
+    for (const Checkpoint& c : checkpoints_) {
+      if (header_bytes_ + c.bytes > size) break;
+      keep = header_bytes_ + c.bytes;
+      calls_in_trace_ = c.calls;
+    }
+  }
+  if (truncate(path_.c_str(), static_cast<off_t>(keep)) != 0) {
+    // A trace that ends in half a packet does not open: an empty one does.
+    calls_in_trace_ = 0;
+    (void)!truncate(path_.c_str(), 0);
+  }
+}
+
+std::vector<OutputLoss> PerfettoWriter::losses() const {
+  if (error_.empty()) return {};
+  return {{.output = std::filesystem::path(path_).filename().string(),
+           .calls = calls_given_,
+           .calls_lost = calls_given_ - std::min(calls_given_, calls_in_trace_),
+           .error = error_}};
 }
 
 }  // namespace eacgm

@@ -56,6 +56,9 @@ class PerfettoWriter : public Sink {
   // thread's track.
   void on_python_stack(const PythonStackChange& change) override;
   Result<void> finish(const Session& session) override;
+  // The calls missing from the trace after a write failed. What is written stays a valid trace:
+  // it ends after the last whole batch of events that reached the disk.
+  std::vector<OutputLoss> losses() const override;
 
   // Track uuids are a pure function of pid and tid, so events can name their
   // track before the descriptors are written.
@@ -77,6 +80,12 @@ class PerfettoWriter : public Sink {
   struct Subtree {
     uint64_t start_ns = 0;
     std::string packets;
+    uint64_t calls = 0;  // the call and those nested in it
+  };
+  // The events file after a batch reached it whole: its size then, and the calls in it.
+  struct Checkpoint {
+    uint64_t bytes = 0;
+    uint64_t calls = 0;
   };
   struct ThreadState {
     std::vector<Subtree> pending;  // disjoint, in end (= start) order
@@ -86,11 +95,14 @@ class PerfettoWriter : public Sink {
   PerfettoWriter(std::string path, std::string events_path, std::FILE* out, std::FILE* events);
 
   void append_call_packets(const CallRecord& call, std::string* begin, std::string* end);
-  void write_events(const std::string& bytes);
+  void write_events(const std::string& bytes, uint64_t calls = 0);
   void flush_events_buffer();
   void flush_pending(ThreadState* thread);
   std::string descriptor_packets(const Session& session);
   Result<void> assemble();
+  // After a failed write to the output: cuts it back to the header and the whole batches that
+  // are in it, and counts their calls.
+  void cut_to_whole_batches();
   void fail(const std::string& what);
   void close_files();
 
@@ -99,7 +111,12 @@ class PerfettoWriter : public Sink {
   std::FILE* out_ = nullptr;
   std::FILE* events_ = nullptr;
   std::string events_buffer_;
-  std::string error_;  // first error, empty while all is well
+  uint64_t buffer_calls_ = 0;            // calls in events_buffer_
+  std::vector<Checkpoint> checkpoints_;  // one per batch in the events file, in order
+  uint64_t header_bytes_ = 0;            // written before the events: 0 if that failed
+  uint64_t calls_given_ = 0;
+  uint64_t calls_in_trace_ = 0;  // set by finish()
+  std::string error_;            // first error, empty while all is well
   bool finished_ = false;
   uint64_t monotonic_at_open_ns_ = 0;
   uint64_t boottime_at_open_ns_ = 0;

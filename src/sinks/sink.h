@@ -22,6 +22,9 @@ class Sink {
   // Called once, after the last call; the session holds processes, threads,
   // exits and statistics. Must leave a complete, valid file behind.
   virtual Result<void> finish(const Session& session) = 0;
+  // After finish(): what the sink's output is missing because a write failed (none when the
+  // output is whole, or the sink writes no file).
+  virtual std::vector<OutputLoss> losses() const { return {}; }
 };
 
 }  // namespace eacgm

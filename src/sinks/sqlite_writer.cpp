@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -321,6 +322,7 @@ Result<void> SqliteWriter::commit_batch() {
 
 void SqliteWriter::on_call(const CallRecord& call) {
   if (finished_ || call.spec == nullptr) return;
+  ++calls_given_;
   threads_seen_.insert({call.pid, call.tid});
   if (!error_.empty()) {
     ++calls_lost_;
@@ -727,6 +729,16 @@ Result<void> SqliteWriter::finish(const Session& session) {
   if (Result<void> r = exec("PRAGMA journal_mode=DELETE"); !r.ok()) {
     fail(Error{"checkpointing: " + r.error().message});
   }
+  if (!error_.empty()) {
+    // What the file holds: rows of a transaction that a failure ended are not in it.
+    if (!sqlite3_get_autocommit(db_)) (void)exec("ROLLBACK");
+    sqlite3_stmt* count = nullptr;
+    if (sqlite3_prepare_v2(db_, "SELECT COUNT(*) FROM calls", -1, &count, nullptr) == SQLITE_OK &&
+        sqlite3_step(count) == SQLITE_ROW) {
+      calls_in_db_ = static_cast<uint64_t>(sqlite3_column_int64(count, 0));
+    }
+    sqlite3_finalize(count);
+  }
   sqlite3_finalize(insert_call_);
   insert_call_ = nullptr;
   sqlite3_finalize(insert_collective_);
@@ -735,10 +747,22 @@ Result<void> SqliteWriter::finish(const Session& session) {
   db_ = nullptr;
   if (!error_.empty()) {
     std::string message = "SQLite database " + path_ + " incomplete: " + error_;
-    if (calls_lost_ > 0) message += " (" + std::to_string(calls_lost_) + " calls not written)";
+    if (const uint64_t lost = losses().front().calls_lost; lost > 0) {
+      message += " (" + std::to_string(lost) + " calls not written)";
+    }
     return Error{message};
   }
   return {};
+}
+
+std::vector<OutputLoss> SqliteWriter::losses() const {
+  if (error_.empty()) return {};
+  // Without a count (the database cannot even be read), the calls that met the error.
+  const uint64_t stored = calls_in_db_.value_or(calls_given_ - std::min(calls_given_, calls_lost_));
+  return {{.output = std::filesystem::path(path_).filename().string(),
+           .calls = calls_given_,
+           .calls_lost = calls_given_ - std::min(calls_given_, stored),
+           .error = error_}};
 }
 
 }  // namespace eacgm

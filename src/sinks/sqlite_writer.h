@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -43,6 +44,9 @@ class SqliteWriter : public Sink {
   void on_gpu_sample(const GpuSample& sample) override;
   void on_gpu_event(const GpuEvent& event) override;
   Result<void> finish(const Session& session) override;
+  // The calls not in the database after a write failed, counted in it: a failed insert or commit
+  // can take the rows of its whole transaction with it.
+  std::vector<OutputLoss> losses() const override;
 
   // Bumped whenever a table or column changes meaning; stored in meta.
   static constexpr int kSchemaVersion = 1;
@@ -73,7 +77,9 @@ class SqliteWriter : public Sink {
   size_t batch_rows_ = 0;
   std::chrono::steady_clock::time_point batch_started_;
   uint64_t calls_written_ = 0;
-  uint64_t calls_lost_ = 0;                               // not written because of an earlier error
+  uint64_t calls_lost_ = 0;  // not written because of an earlier error
+  uint64_t calls_given_ = 0;
+  std::optional<uint64_t> calls_in_db_;                   // counted by finish() after an error
   std::string error_;                                     // first error, empty while all is well
   std::set<std::pair<uint32_t, uint32_t>> threads_seen_;  // (pid, tid)
 };

@@ -1,12 +1,13 @@
 #include "sinks/summary.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 
 #include "common/json_text.h"
 #include "gpu/gpu_report.h"
@@ -105,6 +106,16 @@ nlohmann::json summary_json(const Session& s) {
   out["duration_s"] = s.duration_s();
   out["interrupted"] = s.interrupted;
   out["events"] = {{"recorded", s.events_recorded}, {"dropped", s.events_dropped}};
+  // Whether every output was written in full; what a failed write (a full disk) cost, if not.
+  out["complete"] = s.lost.empty();
+  json lost = json::array();
+  for (const OutputLoss& l : s.lost) {
+    lost.push_back({{"output", l.output},
+                    {"calls", l.calls},
+                    {"calls_lost", l.calls_lost},
+                    {"error", l.error}});
+  }
+  out["lost"] = std::move(lost);
   out["clock"] = {{"domain", "CLOCK_MONOTONIC"}, {"realtime_offset_ns", s.realtime_offset_ns}};
   if (!s.attached_pids.empty()) out["attached_pids"] = s.attached_pids;
 
@@ -139,6 +150,7 @@ nlohmann::json summary_json(const Session& s) {
       for (const auto& [key, value] : state.extra.items()) l[key] = value;  // no call table
     } else if (state.status == LayerStatus::kActive) {
       l["libraries"] = state.libraries;
+      l["loaded_by_job"] = state.loaded_by_job;
       json calls = json::object();
       for (const auto& [name, st] : state.calls) {
         json c = {{"count", st.count},
@@ -189,13 +201,43 @@ nlohmann::json anomaly_json(const Anomaly& a) {
           {"suggestion", a.suggestion}};
 }
 
+std::string describe_loss(const OutputLoss& loss) {
+  if (loss.calls == 0) return loss.error;
+  return fmt::format("{} of its {} calls are missing ({})", loss.calls_lost, loss.calls,
+                     loss.error);
+}
+
+void reserve_summary(const std::string& path) {
+  const int fd = ::open((path + ".tmp").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  // Blocks allocated, size left at 0: the reservation is invisible until the summary is written.
+  // Smaller when the disk has little room; none where the file system cannot (best effort).
+  for (off_t bytes : {off_t{1} << 20, off_t{256} << 10, off_t{64} << 10, off_t{16} << 10}) {
+    if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, bytes) == 0 || errno != ENOSPC) break;
+  }
+  close(fd);
+}
+
 Result<void> write_summary(const Session& session, const std::string& path) {
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    if (!f) return Error{fmt::format("cannot write {}: {}", tmp, std::strerror(errno))};
-    f << json_text(summary_json(session), 2) << '\n';
-    if (!f.flush()) return Error{fmt::format("cannot write {}: {}", tmp, std::strerror(errno))};
+  const std::string text = json_text(summary_json(session), 2) + '\n';
+  // Not truncated on open: the blocks reserve_summary() allocated are written in place, and cut
+  // to the summary's size after.
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Error{fmt::format("cannot write {}: {}", tmp, std::strerror(errno))};
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;
+      close(fd);
+      return Error{fmt::format("cannot write {}: {}", tmp, std::strerror(err))};
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (ftruncate(fd, static_cast<off_t>(text.size())) != 0 || close(fd) != 0) {
+    return Error{fmt::format("cannot write {}: {}", tmp, std::strerror(errno))};
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     return Error{fmt::format("cannot rename {} to {}: {}", tmp, path, std::strerror(errno))};
@@ -289,6 +331,9 @@ std::string text_report(const Session& s) {
         "  WARNING: {} events were lost (ring buffer full); counts are low by that much",
         s.events_dropped));
   }
+  for (const OutputLoss& l : s.lost) {
+    line(fmt::format("  WARNING: {} is incomplete: {}", l.output, describe_loss(l)));
+  }
   for (const auto& [layer, state] : s.layers) {
     if (state.status != LayerStatus::kActive) {
       line(fmt::format("\n[{}] {}{}", layer_name(layer), layer_status_name(state.status),
@@ -307,8 +352,16 @@ std::string text_report(const Session& s) {
       python_report(s, state, line);
       continue;
     }
-    line(fmt::format("\n[{}] {} {} traced", layer_name(layer), state.libraries.size(),
-                     state.libraries.size() == 1 ? "library" : "libraries"));
+    const size_t libraries = state.libraries.size();
+    if (!state.loaded_by_job) {
+      // Probed on the search path before the job started, never mapped: nothing was traced.
+      line(fmt::format("\n[{}] probes ready for {} {}; the job never loaded {}", layer_name(layer),
+                       libraries, libraries == 1 ? "library" : "libraries",
+                       libraries == 1 ? "it" : "any of them"));
+      continue;
+    }
+    line(fmt::format("\n[{}] {} {} traced", layer_name(layer), libraries,
+                     libraries == 1 ? "library" : "libraries"));
     if (const uint64_t unwound = state.extra.value("calls_unwound", uint64_t{0}); unwound > 0) {
       line(fmt::format("  {} calls left by a C++ exception, not by a return: not timed", unwound));
     }

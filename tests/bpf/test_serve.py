@@ -391,7 +391,16 @@ class ServeErrors(EacgmTest):
         p = subprocess.run([EACGM, "cluster", "--prometheus", f"http://127.0.0.1:{port}"],
                            capture_output=True, text=True, timeout=30)
         self.assertEqual(p.returncode, 1, p.stderr)
-        self.assertIn(f"cannot reach Prometheus at http://127.0.0.1:{port}", p.stderr)
+        # The whole reason and what to check, not httplib's one word ("...: Connection").
+        self.assertIn(f"cannot reach Prometheus at http://127.0.0.1:{port}: nothing accepted a "
+                      f"connection at http://127.0.0.1:{port}: refused, or the host is unreachable "
+                      "(httplib error: Connection). Check that the URL is right", p.stderr)
+        self.assertIn(f"`curl http://127.0.0.1:{port}/-/ready`", p.stderr)
+        self.assertTrue(p.stderr.rstrip().endswith("no firewall or proxy is in the way."), p.stderr)
+        p = subprocess.run([EACGM, "cluster", "--prometheus", "http://no-such-host.invalid:9090"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("the host name 'no-such-host.invalid' does not resolve", p.stderr)
         p = subprocess.run([EACGM, "cluster", "--prometheus", "prom:9090"],
                            capture_output=True, text=True, timeout=30)
         self.assertEqual(p.returncode, 2, p.stderr)

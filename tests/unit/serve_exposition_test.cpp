@@ -1,7 +1,11 @@
 // The Prometheus text format as eacgm serve writes it: escaping, values,
 // histogram buckets (cumulative, le as <=), bounded label values, and the
 // families the Grafana dashboard may use.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -145,6 +149,58 @@ TEST(ServeMetricsTest, EveryRenderedFamilyIsDeclaredOnceWithHelpAndType) {
   EXPECT_EQ(typed, declared);
 }
 
+// GPU readings in Prometheus's base units; the names of 0.1.0 stay one release, in NVML's units,
+// their HELP naming the replacement.
+TEST(ServeMetricsTest, GpuReadingsInBaseUnitsAndTheOldNamesDeprecated) {
+  ServeMetrics m({}, "9.9");
+  GpuSample s;
+  s.device = 0;
+  s[GpuMetric::kUtil] = 57;
+  s[GpuMetric::kMemoryUtil] = 3;
+  s[GpuMetric::kTemperature] = 71;
+  s[GpuMetric::kPower] = 250.5;
+  s[GpuMetric::kSmClock] = 1410;
+  s[GpuMetric::kFan] = 30;
+  s[GpuMetric::kPcieTx] = 2000;
+  s[GpuMetric::kMemoryUsed] = 1 << 30;
+  m.on_gpu_sample(s);
+  const std::string t = m.render();
+  for (const char* sample : {
+           "eacgm_gpu_util_ratio{device=\"0\"} 0.57\n",
+           "eacgm_gpu_memory_util_ratio{device=\"0\"} 0.03\n",
+           "eacgm_gpu_temperature_celsius{device=\"0\"} 71\n",
+           "eacgm_gpu_power_watts{device=\"0\"} 250.5\n",
+           "eacgm_gpu_sm_clock_hertz{device=\"0\"} 1410000000\n",
+           "eacgm_gpu_fan_ratio{device=\"0\"} 0.3\n",
+           "eacgm_gpu_pcie_tx_bytes_per_second{device=\"0\"} 2048000\n",
+           "eacgm_gpu_memory_used_bytes{device=\"0\"} 1073741824\n",
+           // The old names, old units.
+           "eacgm_gpu_util_pct{device=\"0\"} 57\n",
+           "eacgm_gpu_temperature_c{device=\"0\"} 71\n",
+           "eacgm_gpu_sm_clock_mhz{device=\"0\"} 1410\n",
+           "eacgm_gpu_pcie_tx_kb_per_s{device=\"0\"} 2000\n",
+           "# HELP eacgm_gpu_temperature_c deprecated: use eacgm_gpu_temperature_celsius",
+           "# HELP eacgm_gpu_pcie_rx_kb_per_s deprecated: use eacgm_gpu_pcie_rx_bytes_per_second",
+           "# HELP eacgm_gpu_util_ratio Latest NVML reading of each GPU: utilization, in a ratio",
+       }) {
+    EXPECT_NE(t.find(sample), std::string::npos) << sample << " not in\n" << t;
+  }
+  // memory_used_bytes was in base units already: one family, not a deprecated twin.
+  size_t families = 0;
+  for (size_t at = t.find("# TYPE eacgm_gpu_memory_used_bytes "); at != std::string::npos;
+       at = t.find("# TYPE eacgm_gpu_memory_used_bytes ", at + 1)) {
+    ++families;
+  }
+  EXPECT_EQ(families, 1u);
+  // Every family has a name in base units or is deprecated in favour of one.
+  for (const MetricFamilyInfo& f : ServeMetrics::families()) {
+    if (!f.name.starts_with("eacgm_gpu_")) continue;
+    const bool deprecated = f.help.starts_with("deprecated: use eacgm_gpu_");
+    const std::regex base(".*_(ratio|celsius|watts|hertz|bytes|bytes_per_second|total)");
+    EXPECT_TRUE(deprecated || std::regex_match(f.name, base)) << f.name;
+  }
+}
+
 // The dashboard in deploy/ must query only what /metrics exports.
 TEST(ServeDashboard, QueriesOnlyExportedMetrics) {
   // CMake compiles this file by its absolute path: the repository is two levels up.
@@ -152,9 +208,10 @@ TEST(ServeDashboard, QueriesOnlyExportedMetrics) {
   std::ifstream f(repo / "deploy/grafana/eacgm-dashboard.json");
   ASSERT_TRUE(f) << "deploy/grafana/eacgm-dashboard.json not found";
   const nlohmann::json dashboard = nlohmann::json::parse(f);
-  std::set<std::string> exported;
+  std::set<std::string> exported, deprecated;
   for (const MetricFamilyInfo& fam : ServeMetrics::families()) {
     exported.insert(fam.name);
+    if (fam.help.starts_with("deprecated")) deprecated.insert(fam.name);
     if (fam.type == "histogram") {
       for (const char* suffix : {"_bucket", "_sum", "_count"}) exported.insert(fam.name + suffix);
     }
@@ -172,11 +229,60 @@ TEST(ServeDashboard, QueriesOnlyExportedMetrics) {
         EXPECT_TRUE(exported.contains(it->str()))
             << "panel '" << panel.value("title", "") << "' queries " << it->str()
             << ", which /metrics does not export";
+        EXPECT_FALSE(deprecated.contains(it->str()))
+            << "panel '" << panel.value("title", "") << "' queries " << it->str()
+            << ", which is deprecated";
       }
       EXPECT_GT(names, 0u) << expr;
     }
   }
   EXPECT_GE(queries, 5u);
+}
+
+// One request on a fresh connection; the whole answer. By hand: httplib.h, included here, would
+// define resolv.h's _res macro in the unity build of the tests, which breaks Eigen's headers.
+std::string http_request(uint16_t port, const std::string& request) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string answer;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size())) {
+    char buf[4096];
+    for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) answer.append(buf, n);
+  }
+  close(fd);
+  return answer;
+}
+
+// Read-only: POST, PUT and DELETE are 405 Method Not Allowed with the methods that are, not 400.
+TEST(ServeHttp, OtherMethodsAreNotAllowed) {
+  auto server = HttpServer::start({.host = "127.0.0.1", .port = 0},
+                                  {.metrics = [] { return std::string("m 1\n"); },
+                                   .anomalies = [] { return std::string("{}"); },
+                                   .health = [] { return std::string("{}"); }});
+  ASSERT_TRUE(server) << server.error().message;
+  const uint16_t port = (*server)->port();
+  const std::string get = http_request(port,
+                                       "GET /metrics HTTP/1.1\r\nHost: x\r\n"
+                                       "Connection: close\r\n\r\n");
+  EXPECT_TRUE(get.starts_with("HTTP/1.1 200 OK\r\n")) << get;
+  EXPECT_TRUE(get.ends_with("\r\n\r\nm 1\n")) << get;
+  for (const char* request :
+       {"POST /metrics", "PUT /metrics", "DELETE /healthz", "POST /nowhere", "PATCH /anomalies"}) {
+    const std::string answer =
+        http_request(port, std::string(request) +
+                               " HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n"
+                               "Connection: close\r\n\r\nx");
+    EXPECT_TRUE(answer.starts_with("HTTP/1.1 405 Method Not Allowed\r\n")) << request << answer;
+    EXPECT_NE(answer.find("\r\nAllow: GET, HEAD\r\n"), std::string::npos) << answer;
+  }
+  const std::string head = http_request(port,
+                                        "HEAD /metrics HTTP/1.1\r\nHost: x\r\n"
+                                        "Connection: close\r\n\r\n");
+  EXPECT_TRUE(head.starts_with("HTTP/1.1 200 OK\r\n")) << head;
 }
 
 TEST(ServeListen, ParsesAndRejects) {

@@ -1,0 +1,29 @@
+#include "cli/numeric_flags.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdlib>
+
+namespace eacgm {
+
+CLI::Validator bounded(double lo, double hi, const std::string& unit) {
+  // fmt's shortest round-trip form: 0.1, 86400, 3600000 (never %f's 309 digits).
+  const std::string range = fmt::format("{} to {} {}", lo, hi, unit);
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        if (text.empty() || end == text.c_str() || *end != '\0' || std::isnan(value)) {
+          return fmt::format("'{}' is not a number; expected {}", text, range);
+        }
+        // Infinity and overflow (1e999 reads as infinity) fail here too.
+        if (!(value >= lo && value <= hi)) {
+          return fmt::format("{} is out of range; expected {}", text, range);
+        }
+        return {};
+      },
+      fmt::format("in [{}, {}]", lo, hi), "bounded");
+}
+
+}  // namespace eacgm
