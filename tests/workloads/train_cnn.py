@@ -1,0 +1,100 @@
+"""A real PyTorch CPU training job: a small CNN (or an MLP) trained from a DataLoader, with
+optimizer and backward, the shape of most jobs eacgm watches. Faults are injected on request and
+labelled, so a test knows exactly which anomaly is right:
+
+  --fault none         healthy
+  --fault slow_main    `slow_checkpoint` in the main process sleeps 400 ms once, mid-run
+  --fault slow_worker  `SyntheticImages.__getitem__` in a DataLoader worker sleeps 400 ms, at one
+                       sample of the data set (so once per epoch: one finding, seen each epoch)
+  --fault blocking_read  the training loop blocks 400 ms reading a pipe nobody writes to yet
+
+Prints one line `pid=<main pid>` first, so a test can tell the main process from its workers."""
+import argparse
+import os
+import threading
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+FAULT_STEP = 12  # the step at which an injected fault strikes
+FAULT_S = 0.4
+
+
+class SyntheticImages(Dataset):
+    def __init__(self, n, fault_index):
+        self.n = n
+        self.fault_index = fault_index
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i == self.fault_index:
+            time.sleep(FAULT_S)  # the injected fault: one slow sample
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(1, 16, 16, generator=g), i % 10
+
+
+def model_for(kind):
+    if kind == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(256, 64), nn.ReLU(), nn.Linear(64, 10))
+    return nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(16 * 4 * 4, 10))
+
+
+def slow_checkpoint():
+    time.sleep(FAULT_S)  # the injected fault: a slow function in the main process
+
+
+def blocking_read():
+    r, w = os.pipe()
+    threading.Timer(FAULT_S, os.write, (w, b"x")).start()
+    os.read(r, 1)  # the injected fault: the loop waits on a read
+    os.close(r)
+    os.close(w)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--persistent", action="store_true")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--batches", type=int, default=12, help="batches per epoch")
+    p.add_argument("--fault", default="none",
+                   choices=["none", "slow_main", "slow_worker", "blocking_read"])
+    args = p.parse_args()
+    print(f"pid={os.getpid()}", flush=True)
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    batch = 16
+    fault_index = (FAULT_STEP - 1) * batch + 3 if args.fault == "slow_worker" else -1
+    data = SyntheticImages(args.batches * batch, fault_index)
+    loader_args = dict(batch_size=batch, num_workers=args.workers)
+    if args.workers and args.persistent:
+        loader_args["persistent_workers"] = True
+    loader = DataLoader(data, **loader_args)
+    model = model_for(args.model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    loss_fn = nn.CrossEntropyLoss()
+    step = 0
+    for _ in range(args.epochs):
+        for x, y in loader:
+            opt.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            step += 1
+            if step == FAULT_STEP and args.fault == "slow_main":
+                slow_checkpoint()
+            if step == FAULT_STEP and args.fault == "blocking_read":
+                blocking_read()
+    print(f"steps={step} loss={loss.item():.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
