@@ -85,8 +85,10 @@ TEST(PythonFuzz, RandomAndBitFlippedRecordsNeverReachAnOutputUnchecked) {
     std::snprintf(code.name, sizeof(code.name), "%s", real.name.c_str());
     std::snprintf(code.file, sizeof(code.file), "/job/train.py");
     code.linetable_len = static_cast<uint32_t>(real.linetable.size());
-    std::memcpy(code.linetable, real.linetable.data(),
-                std::min(real.linetable.size(), sizeof(code.linetable)));
+    if (!real.linetable.empty()) {
+      std::memcpy(code.linetable, real.linetable.data(),
+                  std::min(real.linetable.size(), sizeof(code.linetable)));
+    }
     std::vector<std::byte> data = bytes_of(code);
     switch (rng() % 3) {
       case 0:
