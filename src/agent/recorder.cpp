@@ -251,6 +251,12 @@ void Recorder::check_libraries(uint32_t pid, const std::vector<MappedFile>& file
   os_.on_libraries(pid, builds, monotonic_now_ns());
 }
 
+void Recorder::lose_flight_recorder(const std::string& relative, std::string error) {
+  // A session output like the others: summary.json's `lost` says so, beside the sinks' losses.
+  session_.lost.push_back({.output = relative, .calls = 0, .calls_lost = 0, .error = error});
+  warn(std::move(error));
+}
+
 void Recorder::write_flight_recorder(uint32_t pid) {
   const ProcessInfo* proc = session_.find_process(pid);
   if (out_dir_.empty() || !proc || flight_files_ >= kMaxFlightFiles) return;
@@ -262,12 +268,13 @@ void Recorder::write_flight_recorder(uint32_t pid) {
     std::ofstream f(path + ".tmp", std::ios::trunc);
     f << json_text(flight_.report(*proc, session_.start_ns, os_.activity().devices), 2) << '\n';
     if (!f.flush()) {
-      warn(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+      lose_flight_recorder(relative,
+                           fmt::format("cannot write {}: {}", path, std::strerror(errno)));
       return;
     }
   }
   if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
-    warn(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+    lose_flight_recorder(relative, fmt::format("cannot write {}: {}", path, std::strerror(errno)));
     return;
   }
   ++flight_files_;

@@ -100,6 +100,7 @@ class Recorder {
   void find_interpreter(uint32_t pid, const std::vector<MappedFile>& files);
   void check_libraries(uint32_t pid, const std::vector<MappedFile>& files);
   void write_flight_recorder(uint32_t pid);
+  void lose_flight_recorder(const std::string& relative, std::string error);
   // A hang reported earlier moved after all: its anomaly says so.
   void resolve_hang(const CollectiveTracker::HangResolution& resolution);
   void report(Anomaly anomaly);

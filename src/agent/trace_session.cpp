@@ -247,16 +247,9 @@ class TraceRun {
       fmt::print(stderr, "eacgm: error: {}\n", error);
       ok = false;
     }
-    session_.lost = files_->losses();
-    // Flight recorder files are written while the job runs, by the recorder, which reports a
-    // failure as a warning only ("cannot write PATH: reason"): those of this session count too.
-    const std::string flight_prefix = "cannot write " + options_.out_dir + "/flight_recorder/";
-    for (const std::string& warning : recorder_.warnings()) {
-      if (!warning.starts_with(flight_prefix)) continue;
-      const size_t colon = warning.find(':', flight_prefix.size());
-      const std::string file = warning.substr(flight_prefix.size(), colon - flight_prefix.size());
-      session_.lost.push_back({.output = "flight_recorder/" + file, .error = warning});
-    }
+    // The file sinks' losses first; the recorder added any flight recorder it could not write.
+    const std::vector<OutputLoss> sink_losses = files_->losses();
+    session_.lost.insert(session_.lost.begin(), sink_losses.begin(), sink_losses.end());
     ok = ok && session_.lost.empty();
     const std::string summary_path = options_.out_dir + "/summary.json";
     bool summary_written = true;

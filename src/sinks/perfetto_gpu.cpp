@@ -4,13 +4,8 @@
 
 #include <map>
 
+#include "sinks/perfetto_proto.h"
 #include "sinks/perfetto_writer.h"
-
-#if __has_include("proto/perfetto_trace.pb.h")
-#include "proto/perfetto_trace.pb.h"
-#else
-#include "perfetto_trace.pb.h"
-#endif
 
 namespace eacgm {
 namespace {

@@ -13,16 +13,9 @@
 #include <set>
 #include <string_view>
 
-// protobuf_generate_cpp() places the generated header at the top of the build
-// directory; a build that generates it under proto/ works as well.
-#if __has_include("proto/perfetto_trace.pb.h")
-#include "proto/perfetto_trace.pb.h"
-#else
-#include "perfetto_trace.pb.h"
-#endif
-
 #include "python/python_profile.h"
 #include "sinks/perfetto_gpu.h"
+#include "sinks/perfetto_proto.h"
 
 namespace eacgm {
 namespace {

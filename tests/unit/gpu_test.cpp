@@ -19,16 +19,11 @@
 #include "gpu/nvml_library.h"
 #include "gpu/nvml_sampler.h"
 #include "sinks/perfetto_gpu.h"
+#include "sinks/perfetto_proto.h"
 #include "sinks/perfetto_writer.h"
 #include "sinks/sqlite_writer.h"
 #include "sinks/summary.h"
-
-#if __has_include("proto/perfetto_trace.pb.h")
-#include "proto/perfetto_trace.pb.h"
-#else
-#include "perfetto_trace.pb.h"
 #include "test_support.h"
-#endif
 
 namespace eacgm {
 namespace {

@@ -15,12 +15,8 @@
 #include <string>
 #include <vector>
 
-#if __has_include("proto/perfetto_trace.pb.h")
-#include "proto/perfetto_trace.pb.h"
-#else
-#include "perfetto_trace.pb.h"
+#include "sinks/perfetto_proto.h"
 #include "test_support.h"
-#endif
 
 namespace eacgm {
 namespace {

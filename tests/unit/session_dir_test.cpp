@@ -16,16 +16,11 @@
 #include <set>
 #include <string>
 
+#include "sinks/perfetto_proto.h"
 #include "sinks/perfetto_writer.h"
 #include "sinks/sqlite_writer.h"
 #include "sinks/summary.h"
 #include "test_support.h"
-
-#if __has_include("proto/perfetto_trace.pb.h")
-#include "proto/perfetto_trace.pb.h"
-#else
-#include "perfetto_trace.pb.h"
-#endif
 
 namespace eacgm {
 namespace {
