@@ -7,8 +7,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <system_error>
+#include <thread>
 
 namespace eacgm {
 namespace {
@@ -101,9 +104,52 @@ Result<std::unique_ptr<AttachedProbe>> AttachedProbe::attach_each(bpf_program* p
   return probe;
 }
 
+void LinkRelease::add(int link_fd) {
+  if (link_fd >= 0) fds_.push_back(link_fd);
+}
+
+void LinkRelease::add(bpf_link* link) {
+  if (link) links_.push_back(link);
+}
+
+void LinkRelease::run() {
+  const size_t total = fds_.size() + links_.size();
+  auto release = [this](size_t i) {
+    if (i < fds_.size()) {
+      close(fds_[i]);
+    } else {
+      bpf_link__destroy(links_[i - fds_.size()]);
+    }
+  };
+  // A thread per link, up to a bound (the fallback's one link per function can be hundreds).
+  const size_t threads = std::min<size_t>(total, 32);
+  auto slice = [&release, threads, total](size_t t) {
+    for (size_t i = t; i < total; i += threads) release(i);
+  };
+  std::vector<std::thread> workers;
+  size_t t = 1;  // slice 0 is this thread's
+  try {
+    for (; t < threads; ++t) workers.emplace_back(slice, t);
+  } catch (const std::system_error&) {
+    // No thread to be had: the slices not handed out are released here, in turn.
+  }
+  for (size_t rest = t; rest < threads; ++rest) slice(rest);
+  if (total > 0) slice(0);
+  for (std::thread& worker : workers) worker.join();
+  fds_.clear();
+  links_.clear();
+}
+
+void AttachedProbe::release_into(LinkRelease& release) {
+  release.add(link_fd_);
+  link_fd_ = -1;
+  for (bpf_link* link : links_) release.add(link);
+  links_.clear();
+}
+
 AttachedProbe::~AttachedProbe() {
-  if (link_fd_ >= 0) close(link_fd_);
-  for (bpf_link* link : links_) bpf_link__destroy(link);
+  LinkRelease release;
+  release_into(release);
 }
 
 }  // namespace eacgm

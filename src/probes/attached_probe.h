@@ -21,6 +21,28 @@ inline constexpr uint32_t kBpfTraceUprobeMulti = 48;
 // True when the running kernel accepts uprobe_multi links (Linux 6.6+).
 bool kernel_has_uprobe_multi();
 
+// Links released together. Releasing a link waits for the kernel's RCU grace periods: ~40 ms
+// an uprobe_multi link here, ~60-100 ms a perf-event one, and a recording holds a dozen or
+// more, so one after another they made every session's end take a second. Released from
+// threads of their own, the waits overlap. (Perf-event links still wait in turn: the kernel
+// releases those under one mutex; see docs/PERFORMANCE.md, start-up and teardown.)
+class LinkRelease {
+ public:
+  LinkRelease() = default;
+  LinkRelease(const LinkRelease&) = delete;
+  LinkRelease& operator=(const LinkRelease&) = delete;
+  ~LinkRelease() { run(); }
+
+  void add(int link_fd);
+  void add(bpf_link* link);
+  // Releases everything added so far, concurrently; returns once all are gone.
+  void run();
+
+ private:
+  std::vector<int> fds_;
+  std::vector<bpf_link*> links_;
+};
+
 class AttachedProbe {
  public:
   // Many functions of one file with one link: `offsets[i]` is a file offset,
@@ -45,6 +67,9 @@ class AttachedProbe {
   AttachedProbe& operator=(const AttachedProbe&) = delete;
 
   size_t functions() const { return functions_; }
+  // Hands this probe's links to `release`, to be released with others; the probe is then
+  // empty.
+  void release_into(LinkRelease& release);
 
  private:
   AttachedProbe() = default;

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -17,8 +18,11 @@
 namespace eacgm {
 namespace {
 
-// The words eacgm sends: a pid to watch, or this (a clean end).
+// The words eacgm sends: a pid to watch, this (a clean end), or the word that carries
+// link fds (SCM_RIGHTS) handed over.
 constexpr uint32_t kCleanEnd = 0;
+constexpr uint32_t kHandOver = 0xffffffffu;
+constexpr size_t kFdsPerMessage = 64;
 
 // Everything below runs in the guardian: system calls and fixed storage only (see the header).
 constexpr size_t kMaxWatched = 1 << 16;
@@ -29,6 +33,22 @@ uint32_t g_pids[kMaxProcesses];
 uint32_t g_ppids[kMaxProcesses];
 bool g_stopped[kMaxProcesses];
 uint32_t g_covered[kMaxProcesses];
+constexpr size_t kMaxHeld = 4096;
+int g_held[kMaxHeld];  // links handed over
+size_t g_held_count = 0;
+
+void hold(int fd) {
+  if (g_held_count < kMaxHeld) {
+    g_held[g_held_count++] = fd;
+  } else {
+    close(fd);  // beyond the bound: released now, in this process's time all the same
+  }
+}
+
+void release_held() {
+  for (size_t i = 0; i < g_held_count; ++i) close(g_held[i]);
+  g_held_count = 0;
+}
 
 void write_text(const char* text) {
   size_t n = 0;
@@ -196,22 +216,45 @@ void pause_ms(long ms) {
   if (write(3, &self, sizeof(self)) != sizeof(self)) _exit(1);  // eacgm waits for this
 
   unsigned char buf[4096];
+  alignas(cmsghdr) unsigned char control[CMSG_SPACE(sizeof(int) * kFdsPerMessage)];
   size_t have = 0;
   while (true) {
-    const ssize_t n = read(3, buf + have, sizeof(buf) - have);
+    iovec iov{buf + have, sizeof(buf) - have};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    const ssize_t n = recvmsg(3, &msg, MSG_CMSG_CLOEXEC);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // eacgm is gone
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const size_t fds = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < fds; ++i) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        hold(fd);
+      }
+    }
     have += static_cast<size_t>(n);
     size_t at = 0;
     for (; at + 4 <= have; at += 4) {
       uint32_t word;
       std::memcpy(&word, buf + at, 4);
-      if (word == kCleanEnd) _exit(0);
-      add_watched(word);
+      if (word == kCleanEnd) {
+        // Nothing more to say, and a pipe reading eacgm's stderr (`2>&1 | tee`) must see its
+        // end now, not after the wait below, which is then nobody's.
+        close(STDERR_FILENO);
+        release_held();
+        _exit(0);
+      }
+      if (word != kHandOver) add_watched(word);
     }
     std::memmove(buf, buf + at, have - at);
     have -= at;
   }
+  release_held();  // first: none of them stops a target, but the sweep should not wait
   // The kernel takes eacgm's probes down after its fds close, and a stop raised meanwhile takes
   // effect later still: sweep for a while (seen on 6.18: a stop more than 1 s after the EOF).
   size_t resumed = resume_stopped();
@@ -290,6 +333,33 @@ TargetGuardian::~TargetGuardian() {
   (void)send(fd_, &end, sizeof(end), MSG_NOSIGNAL);
   close(fd_);
   fd_ = -1;
+}
+
+bool TargetGuardian::hand_over(std::span<const int> link_fds) {
+  if (fd_ < 0) return false;
+  for (size_t at = 0; at < link_fds.size(); at += kFdsPerMessage) {
+    const size_t count = std::min(kFdsPerMessage, link_fds.size() - at);
+    uint32_t word = kHandOver;
+    iovec iov{&word, sizeof(word)};
+    alignas(cmsghdr) unsigned char control[CMSG_SPACE(sizeof(int) * kFdsPerMessage)] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * count);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * count);
+    std::memcpy(CMSG_DATA(c), link_fds.data() + at, sizeof(int) * count);
+    ssize_t n;
+    do {
+      n = sendmsg(fd_, &msg, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    // A part sent is the guardian's: the caller releasing those too only costs it the wait.
+    if (n != sizeof(word)) return false;
+  }
+  return true;
 }
 
 void TargetGuardian::watch(uint32_t pid) {

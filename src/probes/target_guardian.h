@@ -11,12 +11,17 @@
 // become targets in the kernel before eacgm hears of them), again a little later for stops that
 // were still in flight, says so on stderr, and exits. A clean end tells it there is nothing to do.
 //
+// The guardian also takes over links that can never stop a target (probes/tracer.cpp): the
+// kernel releases a perf-event link only after an RCU grace period, one at a time, ~50 ms each
+// here; handed over, they are released in the guardian's time after a clean end, not the user's.
+//
 // The child runs only system calls, no allocation: it is forked from a process with threads.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
+#include <span>
 
 #include "common/result.h"
 
@@ -35,6 +40,11 @@ class TargetGuardian {
 
   // `pid` may be stopped by eacgm from now on (it and the children it forks).
   void watch(uint32_t pid);
+  // Gives the guardian its own copies of `link_fds`, which it closes after the clean end (or
+  // at once, when eacgm dies); the caller's own close is then cheap. Only for links that never
+  // stop a target: the guardian must not hold one that does. False when they could not all be
+  // sent (the caller's close is then the last, and waits).
+  bool hand_over(std::span<const int> link_fds);
   // The guardian's pid, for tests and for `doctor`.
   pid_t pid() const { return pid_; }
 

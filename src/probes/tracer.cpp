@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <poll.h>
-#include <sys/mount.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -105,12 +104,17 @@ struct Tracer::Programs {
   eacgm_os* os = nullptr;  // also in `layers`, which owns it
   eacgm_python* python = nullptr;
   std::map<Layer, LayerPrograms> layers;
-  std::vector<bpf_link*> core_links;  // the os layer's tracepoints too
+  std::vector<bpf_link*> core_links;  // raw tracepoints: released in microseconds
+  std::vector<bpf_link*> os_links;    // perf events, like the USDT probes: ~50 ms each
   std::vector<bpf_link*> usdt_links;  // the python layer's
 
   ~Programs() {
-    for (bpf_link* link : core_links) bpf_link__destroy(link);
-    for (bpf_link* link : usdt_links) bpf_link__destroy(link);
+    {
+      LinkRelease release;
+      for (auto* links : {&core_links, &os_links, &usdt_links}) {
+        for (bpf_link* link : *links) release.add(link);
+      }
+    }
     for (auto& [layer, progs] : layers) progs.destroy();
     eacgm_python__destroy(python);
     eacgm_core__destroy(core);
@@ -203,6 +207,9 @@ Result<LayerPrograms> load_layer(Layer layer, Skel* (*open)(const bpf_object_ope
     const auto type = static_cast<bpf_attach_type>(kBpfTraceUprobeMulti);
     bpf_program__set_expected_attach_type(progs.entry, type);
     bpf_program__set_expected_attach_type(progs.ret, type);
+    if constexpr (requires { skel->progs.on_unwind_start; }) {
+      bpf_program__set_expected_attach_type(skel->progs.on_unwind_start, type);
+    }
   }
   if (int err = load(skel); err) {
     progs.destroy();
@@ -213,22 +220,6 @@ Result<LayerPrograms> load_layer(Layer layer, Skel* (*open)(const bpf_object_ope
     progs.unwound = skel->maps.calls_unwound;
   }
   return progs;
-}
-
-// The os layer's syscall tracepoints are found through tracefs, which a
-// fresh machine may not have mounted; mounting it where the kernel
-// documents it is what systemd does at boot.
-std::optional<std::string> ensure_tracefs() {
-  if (access("/sys/kernel/tracing/events", F_OK) == 0 ||
-      access("/sys/kernel/debug/tracing/events", F_OK) == 0) {
-    return std::nullopt;
-  }
-  if (mount("nodev", "/sys/kernel/tracing", "tracefs", 0, nullptr) == 0) return std::nullopt;
-  return fmt::format(
-      "tracefs is not mounted and mounting it failed ({}); the os layer cannot "
-      "see mmap, munmap, mremap or ioctl: mount -t tracefs nodev "
-      "/sys/kernel/tracing",
-      std::strerror(errno));
 }
 
 // Opens and loads the os layer object; its tracepoints are attached one by
@@ -285,6 +276,10 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
   p.core = eacgm_core__open_opts(&open_opts);
   if (!p.core) return Error{libbpf_error("cannot open the core BPF program", errno)};
   p.core->rodata->stop_on_dlopen = options.stop_on_dlopen ? 1 : 0;
+  if (tracer->multi_) {
+    bpf_program__set_expected_attach_type(p.core->progs.on_dl_debug_state,
+                                          static_cast<bpf_attach_type>(kBpfTraceUprobeMulti));
+  }
   if (int err = eacgm_core__load(p.core); err) {
     return Error{libbpf_error("cannot load the core BPF program (is the kernel BTF valid?)", err)};
   }
@@ -334,7 +329,6 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
     p.layers.emplace(layer, std::move(*progs));
   }
   if (p.os) {
-    const std::optional<std::string> tracefs = ensure_tracefs();
     std::vector<std::string> missing;
     size_t attached = 0;
     bpf_program* prog = nullptr;
@@ -344,17 +338,15 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
         missing.push_back(fmt::format("{} ({})", bpf_program__name(prog), std::strerror(errno)));
         continue;
       }
-      p.core_links.push_back(link);
+      p.os_links.push_back(link);
       ++attached;
     }
     if (attached == 0) {
       tracer->layer_problems_[Layer::kOs] =
-          tracefs ? *tracefs
-                  : fmt::format("no os tracepoint could be attached: {}", fmt::join(missing, ", "));
+          fmt::format("no os tracepoint could be attached: {}", fmt::join(missing, ", "));
     } else if (!missing.empty()) {
-      tracer->warnings_.push_back(fmt::format("os layer: not attached: {}{}",
-                                              fmt::join(missing, ", "),
-                                              tracefs ? "; " + *tracefs : ""));
+      tracer->warnings_.push_back(
+          fmt::format("os layer: not attached: {}", fmt::join(missing, ", ")));
     }
   }
 
@@ -367,9 +359,9 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
 }
 
 Tracer::~Tracer() {
+  detach_probes();
   python_.reset();  // its thread runs programs_'s iterator
-  probes_.clear();
-  ring_.reset();  // before programs_, which holds the ring buffer map
+  ring_.reset();    // before programs_, which holds the ring buffer map
 }
 
 Result<void> Tracer::load_python(const bpf_object_open_opts& open_opts) {
@@ -608,9 +600,11 @@ Result<bool> Tracer::attach_unwind_guard(const std::string& path) {
   }
   const std::vector<uint64_t> where(offsets.begin(), offsets.end());
   const std::vector<uint64_t> cookies(where.size(), 0);
-  auto probe = AttachedProbe::attach_each(torch->second.unwind, path, where, cookies, false);
+  auto probe = multi_
+                   ? AttachedProbe::attach_multi(torch->second.unwind, path, where, cookies, false)
+                   : AttachedProbe::attach_each(torch->second.unwind, path, where, cookies, false);
   if (!probe) return probe.error();
-  probes_.push_back(std::move(*probe));
+  guard_probes_.push_back(std::move(*probe));
   unwind_guarded_.insert(*id);
   return true;
 }
@@ -626,14 +620,14 @@ Result<void> Tracer::attach_loader(const std::string& ld_so_path) {
   if (!symbols) return symbols.error();
   for (const ElfSymbol& sym : *symbols) {
     if (sym.name != "_dl_debug_state") continue;
-    LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = false);
-    bpf_link* link = bpf_program__attach_uprobe_opts(programs_->core->progs.on_dl_debug_state, -1,
-                                                     ld_so_path.c_str(), sym.file_offset, &opts);
-    if (!link) {
-      return Error{
-          fmt::format("cannot probe the dynamic loader {}: {}", ld_so_path, std::strerror(errno))};
+    const uint64_t offset[] = {sym.file_offset}, cookie[] = {0};
+    bpf_program* prog = programs_->core->progs.on_dl_debug_state;
+    auto probe = multi_ ? AttachedProbe::attach_multi(prog, ld_so_path, offset, cookie, false)
+                        : AttachedProbe::attach_each(prog, ld_so_path, offset, cookie, false);
+    if (!probe) {
+      return Error{fmt::format("cannot probe the dynamic loader: {}", probe.error().message)};
     }
-    programs_->core_links.push_back(link);
+    guard_probes_.push_back(std::move(*probe));
     return {};
   }
   return Error{fmt::format("{} has no _dl_debug_state symbol", ld_so_path)};
@@ -676,13 +670,32 @@ Result<void> Tracer::set_ioctl_devices(const std::set<uint32_t>& rdevs) {
 }
 
 void Tracer::detach_probes() {
+  if (!programs_) return;        // open() failed before loading anything
   if (python_) python_->halt();  // no samples once we stop listening
-  for (bpf_link* link : programs_->usdt_links) bpf_link__destroy(link);
-  programs_->usdt_links.clear();
-  probes_.clear();
-  // The loader probe too: nothing may stop a target once we stop listening.
-  for (bpf_link* link : programs_->core_links) bpf_link__destroy(link);
-  programs_->core_links.clear();
+  {
+    LinkRelease calls;
+    // Perf-event links that never stop a target go to the guardian, which releases them after
+    // eacgm has gone: the kernel releases such links one at a time, ~50 ms each (see
+    // target_guardian.h). Until then their programs may still run for a target that lives on
+    // (attach), into a ring buffer nobody reads.
+    std::vector<int> later;
+    for (auto* links : {&programs_->os_links, &programs_->usdt_links}) {
+      for (bpf_link* link : *links) later.push_back(bpf_link__fd(link));
+    }
+    if (guardian_ && !later.empty()) guardian_->hand_over(later);
+    for (auto* links : {&programs_->os_links, &programs_->usdt_links, &programs_->core_links}) {
+      for (bpf_link* link : *links) calls.add(link);
+      links->clear();
+    }
+    for (std::unique_ptr<AttachedProbe>& probe : probes_) probe->release_into(calls);
+    probes_.clear();
+  }
+  // Then the guards: the unwind guard must outlive the return probes it protects, and the
+  // loader probe goes too, since nothing may stop a target once we stop listening.
+  LinkRelease guards;
+  for (std::unique_ptr<AttachedProbe>& probe : guard_probes_) probe->release_into(guards);
+  guards.run();
+  guard_probes_.clear();
 }
 
 }  // namespace eacgm

@@ -132,7 +132,8 @@ class Tracer {
   bool multi_ = false;
   bool may_stop_ = true;  // Options::stop_on_dlopen
   std::vector<TracedLibrary> libraries_;
-  std::vector<std::unique_ptr<AttachedProbe>> probes_;
+  std::vector<std::unique_ptr<AttachedProbe>> probes_;        // the layers' call probes
+  std::vector<std::unique_ptr<AttachedProbe>> guard_probes_;  // loader stop, unwind guards
   std::map<Layer, std::string> layer_problems_;
   std::vector<std::string> warnings_;
   std::set<uint32_t> ioctl_devices_;

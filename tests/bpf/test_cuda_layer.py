@@ -12,7 +12,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import eacgm_testlib  # noqa: E402
 from eacgm_testlib import (BASIC_SEQUENCE, CUDA_CALLS, REAL_CUDART, SIM_CUDART, EacgmTest,  # noqa: E402
-                           require_root, bpf_links_of, live_bpf_links, wait_for_line, EACGM)
+                           require_root, bpf_links_of, links_left, wait_for_line, EACGM)
 
 
 def printed_calls(stdout):
@@ -179,7 +179,7 @@ class SimulatedRuntime(EacgmTest):
         self.assertEqual(s.count("cudaMalloc"), 3)
         self.assertEqual(sum(v["count"] for v in s.calls().values()), len(BASIC_SEQUENCE))
         self.assertEqual(s.process(target.pid)["exit"]["code"], 0)
-        self.assertFalse(ours & live_bpf_links(), "probes left behind after attach")
+        self.assertFalse(links_left(ours), "probes left behind after attach")
 
 
 class RealNvidiaRuntime(EacgmTest):

@@ -27,7 +27,7 @@ import uuid
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import eacgm_testlib  # noqa: E402
 from eacgm_testlib import (EACGM, SIM_LIB_DIR, SIMNCCL_JOB, EacgmTest, bpf_links_of,  # noqa: E402
-                           live_bpf_links, require_root)
+                           links_left, require_root)
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 NCCL_APIS = ["ncclCommInitRank", "ncclAllReduce", "ncclBroadcast", "ncclGroupStart",
@@ -313,7 +313,7 @@ class ServeTest(EacgmTest):
         # SIGTERM: a clean exit, every probe removed.
         serve.send_signal(signal.SIGTERM)
         self.assertEqual(serve.wait(timeout=30), 0, self.log_of(serve))
-        self.assertFalse(links & live_bpf_links(), "links left behind after SIGTERM")
+        self.assertFalse(links_left(links), "links left behind after SIGTERM")
 
     def test_two_nodes_cluster_names_the_node_with_the_slow_rank(self):
         cg_a, cg_b = self.cgroup(), self.cgroup()

@@ -194,3 +194,15 @@ def bpf_links_of(pid):
 def live_bpf_links():
     out = subprocess.run(["bpftool", "-j", "link", "show"], capture_output=True, text=True).stdout
     return {l["id"] for l in json.loads(out or "[]")}
+
+
+def links_left(ids, within_s=3.0):
+    """Which of the links `ids` still exist `within_s` seconds after eacgm ended. Links that
+    never stop a target are released by its guardian after eacgm exits (~0.5 s here: the kernel
+    releases perf-event links one at a time)."""
+    deadline = time.time() + within_s
+    while True:
+        left = ids & live_bpf_links()
+        if not left or time.time() >= deadline:
+            return left
+        time.sleep(0.1)
