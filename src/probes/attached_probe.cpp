@@ -41,21 +41,22 @@ constexpr uint32_t kUprobeMultiReturn = 1;
 
 }  // namespace
 
+int load_empty_uprobe_multi_program() {
+  const struct bpf_insn insns[] = {
+      {.code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .src_reg = 0, .off = 0, .imm = 0},
+      {.code = BPF_JMP | BPF_EXIT, .dst_reg = 0, .src_reg = 0, .off = 0, .imm = 0},
+  };
+  LIBBPF_OPTS(bpf_prog_load_opts, opts,
+              .expected_attach_type = static_cast<bpf_attach_type>(kBpfTraceUprobeMulti));
+  const int fd = bpf_prog_load(BPF_PROG_TYPE_KPROBE, "eacgm_probe", "GPL", insns,
+                               sizeof(insns) / sizeof(insns[0]), &opts);
+  return fd < 0 ? -errno : fd;
+}
+
 bool kernel_has_uprobe_multi() {
   static const bool supported = [] {
     // A kernel that knows the attach type accepts a program loaded for it.
-    const struct bpf_insn insns[] = {
-        {.code = BPF_ALU64 | BPF_MOV | BPF_K,
-         .dst_reg = BPF_REG_0,
-         .src_reg = 0,
-         .off = 0,
-         .imm = 0},
-        {.code = BPF_JMP | BPF_EXIT, .dst_reg = 0, .src_reg = 0, .off = 0, .imm = 0},
-    };
-    LIBBPF_OPTS(bpf_prog_load_opts, opts,
-                .expected_attach_type = static_cast<bpf_attach_type>(kBpfTraceUprobeMulti));
-    const int fd = bpf_prog_load(BPF_PROG_TYPE_KPROBE, "eacgm_probe", "GPL", insns,
-                                 sizeof(insns) / sizeof(insns[0]), &opts);
+    const int fd = load_empty_uprobe_multi_program();
     if (fd < 0) return false;
     close(fd);
     return true;
@@ -66,8 +67,14 @@ bool kernel_has_uprobe_multi() {
 Result<std::unique_ptr<AttachedProbe>> AttachedProbe::attach_multi(
     const bpf_program* prog, const std::string& path, std::span<const uint64_t> offsets,
     std::span<const uint64_t> cookies, bool retprobe) {
+  return attach_multi(bpf_program__fd(prog), path, offsets, cookies, retprobe);
+}
+
+Result<std::unique_ptr<AttachedProbe>> AttachedProbe::attach_multi(
+    int prog_fd, const std::string& path, std::span<const uint64_t> offsets,
+    std::span<const uint64_t> cookies, bool retprobe) {
   UprobeMultiLinkAttr attr{};
-  attr.prog_fd = static_cast<uint32_t>(bpf_program__fd(prog));
+  attr.prog_fd = static_cast<uint32_t>(prog_fd);
   attr.attach_type = kBpfTraceUprobeMulti;
   attr.path = reinterpret_cast<uint64_t>(path.c_str());
   attr.offsets = reinterpret_cast<uint64_t>(offsets.data());

@@ -20,6 +20,9 @@ inline constexpr uint32_t kBpfTraceUprobeMulti = 48;
 
 // True when the running kernel accepts uprobe_multi links (Linux 6.6+).
 bool kernel_has_uprobe_multi();
+// Loads a program that does nothing, for uprobe_multi links: what a bare probe costs
+// (probes/trap_calibration.h). Returns its fd, or -errno.
+int load_empty_uprobe_multi_program();
 
 // Links released together. Releasing a link waits for the kernel's RCU grace periods: ~40 ms
 // an uprobe_multi link here, ~60-100 ms a perf-event one, and a recording holds a dozen or
@@ -51,6 +54,10 @@ class AttachedProbe {
   // kBpfTraceUprobeMulti.
   static Result<std::unique_ptr<AttachedProbe>> attach_multi(const bpf_program* prog,
                                                              const std::string& path,
+                                                             std::span<const uint64_t> offsets,
+                                                             std::span<const uint64_t> cookies,
+                                                             bool retprobe);
+  static Result<std::unique_ptr<AttachedProbe>> attach_multi(int prog_fd, const std::string& path,
                                                              std::span<const uint64_t> offsets,
                                                              std::span<const uint64_t> cookies,
                                                              bool retprobe);

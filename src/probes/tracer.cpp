@@ -96,6 +96,7 @@ struct LayerPrograms {
   bpf_program* ret = nullptr;
   bpf_program* unwind = nullptr;  // torch: the unwind guard and its counter
   bpf_map* unwound = nullptr;
+  bpf_object* obj = nullptr;
   std::function<void()> destroy;
 };
 
@@ -185,6 +186,7 @@ Result<LayerPrograms> load_layer(Layer layer, Skel* (*open)(const bpf_object_ope
   if (!skel) return Error{libbpf_error("cannot open the " + name + " BPF program", errno)};
   LayerPrograms progs{.entry = skel->progs.call_entry,
                       .ret = skel->progs.call_return,
+                      .obj = skel->obj,
                       .destroy = [skel, destroy] { destroy(skel); }};
   if (int err = reuse_shared_maps(skel, core); err) {
     progs.destroy();
@@ -227,8 +229,7 @@ Result<LayerPrograms> load_layer(Layer layer, Skel* (*open)(const bpf_object_ope
 Result<LayerPrograms> load_os(eacgm_core* core, const bpf_object_open_opts* opts, eacgm_os** out) {
   eacgm_os* skel = eacgm_os__open_opts(opts);
   if (!skel) return Error{libbpf_error("cannot open the os BPF program", errno)};
-  LayerPrograms progs{
-      .entry = nullptr, .ret = nullptr, .destroy = [skel] { eacgm_os__destroy(skel); }};
+  LayerPrograms progs{.obj = skel->obj, .destroy = [skel] { eacgm_os__destroy(skel); }};
   if (int err = reuse_shared_maps(skel, core); err) {
     progs.destroy();
     return Error{libbpf_error("cannot share maps with the os BPF program", err)};
@@ -254,6 +255,13 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
   tracer->torch_filter_ = options.torch_ops;
   tracer->multi_ = kernel_has_uprobe_multi();
   tracer->may_stop_ = options.stop_on_dlopen;
+  // Counted from the first program on: each run then reads the clock twice (~20 ns here), which
+  // is how summary.json's `overhead` can say what the probes cost.
+  tracer->stats_fd_ = bpf_enable_stats(BPF_STATS_RUN_TIME);
+  if (tracer->stats_fd_ < 0) {
+    tracer->stats_problem_ = fmt::format("the kernel's BPF run-time statistics are unavailable: {}",
+                                         std::strerror(errno));
+  }
   // Before any program can stop a target; forked before this process holds a BPF fd.
   if (Result<TargetGuardian> guardian = TargetGuardian::start(); guardian) {
     tracer->guardian_.emplace(std::move(*guardian));
@@ -360,6 +368,7 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
 
 Tracer::~Tracer() {
   detach_probes();
+  if (stats_fd_ >= 0) close(stats_fd_);
   python_.reset();  // its thread runs programs_'s iterator
   ring_.reset();    // before programs_, which holds the ring buffer map
 }
@@ -645,6 +654,39 @@ int Tracer::drain() { return static_cast<int>(ring_->consume()); }
 int Tracer::epoll_fd() const { return ring_->fd(); }
 
 uint64_t Tracer::dropped() const { return sum_per_cpu(programs_->core->maps.drops); }
+
+std::vector<Tracer::ProgramCost> Tracer::program_costs() const {
+  std::vector<ProgramCost> out;
+  if (stats_fd_ < 0) return out;
+  // Per object: its uprobes (a hit also paid a trap), its tracepoints, its iterators (eacgm's
+  // own threads).
+  auto add = [&out](const std::string& group, const bpf_object* obj) {
+    if (!obj) return;
+    ProgramCost uprobes{.group = group, .traps = true};
+    ProgramCost tracepoints{.group = group};
+    ProgramCost agent{.group = group, .in_agent = true};
+    bpf_program* prog = nullptr;
+    bpf_object__for_each_program(prog, obj) {
+      bpf_prog_info info{};
+      uint32_t len = sizeof(info);
+      if (bpf_obj_get_info_by_fd(bpf_program__fd(prog), &info, &len) != 0) continue;
+      // uprobes, uprobe_multi and USDT probes are kprobe-type programs
+      ProgramCost& into = bpf_program__expected_attach_type(prog) == BPF_TRACE_ITER ? agent
+                          : bpf_program__type(prog) == BPF_PROG_TYPE_KPROBE         ? uprobes
+                                                                                    : tracepoints;
+      into.hits += info.run_cnt;
+      into.run_ns += info.run_time_ns;
+    }
+    for (const ProgramCost& cost : {uprobes, tracepoints, agent}) {
+      if (cost.hits > 0) out.push_back(cost);
+    }
+  };
+  add("core", programs_->core ? programs_->core->obj : nullptr);
+  add("python", programs_->python ? programs_->python->obj : nullptr);
+  for (const auto& [layer, progs] : programs_->layers)
+    add(std::string(layer_name(layer)), progs.obj);
+  return out;
+}
 
 std::optional<std::string> Tracer::layer_problem(Layer layer) const {
   auto it = layer_problems_.find(layer);

@@ -116,6 +116,19 @@ class Tracer {
   };
   std::vector<PythonCallCount> python_call_counts() const;
 
+  // What eacgm's programs cost, by the object they belong to ("core", "python", a layer's name),
+  // from the kernel's BPF run-time statistics, which the Tracer turns on while it lives.
+  struct ProgramCost {
+    std::string group;
+    uint64_t hits = 0;      // times the programs ran, every process
+    uint64_t run_ns = 0;    // their run time in the kernel
+    bool traps = false;     // uprobes: each hit also paid a breakpoint trap
+    bool in_agent = false;  // runs in eacgm's own threads (the python sampler), not the job's
+  };
+  std::vector<ProgramCost> program_costs() const;
+  // Why program_costs() counts nothing (no BPF stats on this kernel), or nullopt.
+  const std::optional<std::string>& program_costs_problem() const { return stats_problem_; }
+
   // The char devices (kernel dev_t: major << 20 | minor) whose ioctls the os
   // layer times; replaces the previous set.
   Result<void> set_ioctl_devices(const std::set<uint32_t>& rdevs);
@@ -144,6 +157,8 @@ class Tracer {
   struct PythonSampler;
   std::unique_ptr<PythonSampler> python_;
   std::set<FileId> python_usdt_files_;
+  int stats_fd_ = -1;  // holds the kernel's BPF run-time statistics on
+  std::optional<std::string> stats_problem_;
 };
 
 }  // namespace eacgm

@@ -13,6 +13,7 @@
 #include "probes/probe_table.h"
 #include "session/nested_time.h"
 #include "session/os_events.h"
+#include "session/overhead.h"
 #include "session/python_events.h"
 
 namespace eacgm {
@@ -168,6 +169,7 @@ class Session {
   uint64_t events_dropped = 0;   // ring buffer reservations that failed, all CPUs
   bool interrupted = false;      // stopped by Ctrl-C or SIGTERM
   std::vector<OutputLoss> lost;  // outputs that could not be written in full
+  TracingOverhead overhead;      // what tracing cost (record and attach fill it at the end)
   // Every call's duration is kept for exact percentiles; `eacgm serve` runs
   // for days and keeps its own fixed-bucket histograms instead.
   bool keep_durations = true;

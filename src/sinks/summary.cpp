@@ -117,6 +117,7 @@ nlohmann::json summary_json(const Session& s) {
   }
   out["lost"] = std::move(lost);
   out["clock"] = {{"domain", "CLOCK_MONOTONIC"}, {"realtime_offset_ns", s.realtime_offset_ns}};
+  out["overhead"] = s.overhead.to_json(s.duration_s());
   if (!s.attached_pids.empty()) out["attached_pids"] = s.attached_pids;
 
   json processes = json::array();
@@ -334,6 +335,7 @@ std::string text_report(const Session& s) {
   for (const OutputLoss& l : s.lost) {
     line(fmt::format("  WARNING: {} is incomplete: {}", l.output, describe_loss(l)));
   }
+  line("  " + s.overhead.report_line(s.duration_s()));
   for (const auto& [layer, state] : s.layers) {
     if (state.status != LayerStatus::kActive) {
       line(fmt::format("\n[{}] {}{}", layer_name(layer), layer_status_name(state.status),

@@ -88,6 +88,29 @@ class SimulatedRuntime(EacgmTest):
         self.assertEqual(sum(v["count"] for v in s.calls().values()), len(BASIC_SEQUENCE))
         self.assertIn(hidden, "\n".join(s.summary["layers"]["cuda"]["libraries"]))
 
+    def test_overhead_counts_every_probe_hit(self):
+        # A private copy: the probes of a file fire in every process that calls it, and the
+        # suite runs other jobs on the shared simulated runtime beside this one.
+        private = os.path.join(self.tmp, "own", "libcudart.so.13")
+        os.makedirs(os.path.dirname(private))
+        shutil.copy(SIM_CUDART, private)
+        s = self.record([CUDA_CALLS, "--lib", private], "--layers", "cuda")
+        self.assertEqual(s.returncode, 0, s.stderr)
+        o = s.summary["overhead"]
+        # One entry and one return per call, nothing else in this file.
+        self.assertEqual(o["probe_hits"]["cuda"], 2 * len(BASIC_SEQUENCE))
+        self.assertGreater(o["bpf_ns_by_layer"]["cuda"], 0)
+        self.assertGreater(o["trap_ns_per_hit"], 0)
+        self.assertIn(o["trap_ns_source"], ("measured", "cached for this boot"))
+        # Every cuda hit trapped; of the core programs only the loader stop's uprobe does.
+        least = o["probe_hits"]["cuda"] * o["trap_ns_per_hit"] + o["bpf_ns"]
+        most = least + o["probe_hits"]["core"] * o["trap_ns_per_hit"]
+        self.assertGreaterEqual(o["estimated_added_s"] * 1e9, least - 1)
+        self.assertLessEqual(o["estimated_added_s"] * 1e9, most + 1)
+        self.assertGreater(o["agent_cpu_s"], 0)
+        self.assertGreater(o["agent_peak_rss_bytes"], 1 << 20)
+        self.assertIn("overhead: ~", s.stdout)
+
     def test_child_process_is_traced(self):
         s = self.record([CUDA_CALLS, "--lib", SIM_CUDART, "--fork"])
         self.assertEqual(s.returncode, 0, s.stderr)

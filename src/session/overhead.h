@@ -1,0 +1,42 @@
+// What tracing cost, in eacgm's own figures: summary.json's `overhead`, one line of the report.
+//
+// A traced call costs the job a breakpoint trap on entry and on return (trap_ns_per_hit, measured
+// by eacgm on this boot: probes/trap_calibration.h) plus eacgm's program each time (the kernel's
+// run-time statistics: bpf_ns). Tracepoints trap nothing: only their programs count. The python
+// sampler's iterator runs in eacgm's own thread, so it is eacgm's CPU, not the job's time.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace eacgm {
+
+struct TracingOverhead {
+  struct Programs {
+    std::string group;  // "core", "python" or a layer's name
+    uint64_t hits = 0;  // runs, every process that ran a probed function or syscall
+    uint64_t bpf_ns = 0;
+    bool traps = false;     // uprobes
+    bool in_agent = false;  // runs in eacgm's threads
+  };
+  std::vector<Programs> programs;
+  std::optional<std::string> programs_problem;  // why there are no program figures
+  std::optional<double> trap_ns_per_hit;
+  std::string trap_source;  // "measured", "cached for this boot", or why unknown
+  double agent_cpu_s = 0;
+  uint64_t agent_peak_rss_bytes = 0;
+
+  // The time the job lost to tracing, summed over its threads: nullopt without program figures
+  // or a trap cost.
+  std::optional<double> estimated_added_s() const;
+  // That time against the session's, as a slowdown: added / (duration - added). For a job whose
+  // traced calls run in parallel threads or processes it is an upper bound.
+  std::optional<double> estimated_slowdown_pct(double duration_s) const;
+  nlohmann::json to_json(double duration_s) const;
+  std::string report_line(double duration_s) const;
+};
+
+}  // namespace eacgm
