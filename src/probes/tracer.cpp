@@ -2,6 +2,7 @@
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <dirent.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <poll.h>
@@ -13,6 +14,7 @@
 #include <condition_variable>
 #include <cstdarg>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -76,6 +78,29 @@ int reuse_shared_maps(Skel* layer, eacgm_core* core) {
   return 0;
 }
 
+// The BPF link fds this process holds (their fdinfo names a link_id). Only the reader thread
+// attaches probes, so the fds that appear across one attach call are that call's.
+std::set<int> own_link_fds() {
+  std::set<int> fds;
+  DIR* dir = opendir("/proc/self/fdinfo");
+  if (!dir) return fds;
+  while (dirent* d = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = strtol(d->d_name, &end, 10);
+    if (end == d->d_name || *end != 0) continue;
+    std::ifstream info(fmt::format("/proc/self/fdinfo/{}", fd));
+    std::string line;
+    while (std::getline(info, line)) {
+      if (line.starts_with("link_id:")) {
+        fds.insert(static_cast<int>(fd));
+        break;
+      }
+    }
+  }
+  closedir(dir);
+  return fds;
+}
+
 // The total of a one-entry per-CPU counter map; 0 when it cannot be read.
 uint64_t sum_per_cpu(const bpf_map* map) {
   const int ncpu = libbpf_num_possible_cpus();
@@ -108,6 +133,9 @@ struct Tracer::Programs {
   std::vector<bpf_link*> core_links;  // raw tracepoints: released in microseconds
   std::vector<bpf_link*> os_links;    // perf events, like the USDT probes: ~50 ms each
   std::vector<bpf_link*> usdt_links;  // the python layer's
+  // The perf-event links inside usdt_links: libbpf keeps them to itself (a USDT link has no fd
+  // of its own), so they are found as they appear (see attach_python_usdt).
+  std::vector<int> usdt_link_fds;
 
   ~Programs() {
     {
@@ -135,16 +163,20 @@ struct Tracer::PythonSampler {
   bool stop = false;
   std::thread thread;
 
-  ~PythonSampler() { halt(); }
+  ~PythonSampler() {
+    LinkRelease release;
+    halt(release);
+  }
 
-  void halt() {
+  // Stops the thread; its iterator links go into `release`.
+  void halt(LinkRelease& release) {
     {
       std::lock_guard lock(mutex);
       stop = true;
     }
     wake.notify_all();
     if (thread.joinable()) thread.join();
-    for (auto& [pid, link] : links) bpf_link__destroy(link);
+    for (auto& [pid, link] : links) release.add(link);
     links.clear();
   }
 
@@ -456,7 +488,11 @@ Result<bool> Tracer::attach_python_usdt(const std::string& path, bool calls) {
     if (!calls && prog == programs_->python->progs.py_function_return) continue;
     // Every process of the file (-1): the programs keep to targets, and a target's children
     // are covered from their first instruction.
+    const std::set<int> before = own_link_fds();
     bpf_link* link = bpf_program__attach_usdt(prog, -1, path.c_str(), "python", name, nullptr);
+    for (int fd : own_link_fds()) {
+      if (!before.contains(fd)) programs_->usdt_link_fds.push_back(fd);
+    }
     if (!link) {
       return Error{fmt::format("cannot attach the python:{} USDT probe of {}: {}", name, path,
                                std::strerror(errno))};
@@ -712,18 +748,18 @@ Result<void> Tracer::set_ioctl_devices(const std::set<uint32_t>& rdevs) {
 }
 
 void Tracer::detach_probes() {
-  if (!programs_) return;        // open() failed before loading anything
-  if (python_) python_->halt();  // no samples once we stop listening
+  if (!programs_) return;  // open() failed before loading anything
   {
     LinkRelease calls;
+    if (python_) python_->halt(calls);  // no samples once we stop listening
     // Perf-event links that never stop a target go to the guardian, which releases them after
     // eacgm has gone: the kernel releases such links one at a time, ~50 ms each (see
     // target_guardian.h). Until then their programs may still run for a target that lives on
     // (attach), into a ring buffer nobody reads.
-    std::vector<int> later;
-    for (auto* links : {&programs_->os_links, &programs_->usdt_links}) {
-      for (bpf_link* link : *links) later.push_back(bpf_link__fd(link));
-    }
+    std::vector<int> later = programs_->usdt_link_fds;
+    for (bpf_link* link : programs_->os_links) later.push_back(bpf_link__fd(link));
+    std::erase_if(later, [](int fd) { return fd < 0; });
+    programs_->usdt_link_fds.clear();
     if (guardian_ && !later.empty()) guardian_->hand_over(later);
     for (auto* links : {&programs_->os_links, &programs_->usdt_links, &programs_->core_links}) {
       for (bpf_link* link : *links) calls.add(link);
