@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -17,12 +16,12 @@
 #include <fstream>
 #include <map>
 
+#include "agent/overhead_meter.h"
 #include "agent/privileges.h"
 #include "agent/recorder.h"
 #include "agent/session_dir.h"
 #include "gpu/gpu_layer.h"
 #include "probes/tracer.h"
-#include "probes/trap_calibration.h"
 #include "sinks/async_sinks.h"
 #include "sinks/perfetto_writer.h"
 #include "sinks/sqlite_writer.h"
@@ -194,7 +193,8 @@ class TraceRun {
     session_.end_ns = monotonic_ns();
     recorder_.tick(session_.end_ns, /*final=*/true);
     session_.events_dropped = tracer_->dropped();
-    measure_overhead();
+    // After the job's end, not beside it: the trap cost may be measured now (once a boot).
+    session_.overhead = overhead_.read(*tracer_);
     if (options_.layers.contains(Layer::kTorch)) {
       session_.layers[Layer::kTorch].extra["calls_unwound"] = tracer_->calls_unwound();
     }
@@ -283,27 +283,6 @@ class TraceRun {
   }
 
  private:
-  // What tracing cost (session/overhead.h), once the probes are gone: the trap cost is measured
-  // then if this boot has none cached, after the job's end rather than beside it.
-  void measure_overhead() {
-    TracingOverhead& o = session_.overhead;
-    o.programs_problem = tracer_->program_costs_problem();
-    for (const Tracer::ProgramCost& c : tracer_->program_costs()) {
-      o.programs.push_back({c.group, c.hits, c.run_ns, c.traps, c.in_agent});
-    }
-    if (auto trap = trap_cost_per_hit()) {
-      o.trap_ns_per_hit = trap->ns_per_hit;
-      o.trap_source = trap->cached ? "cached for this boot" : "measured";
-    } else {
-      o.trap_source = trap.error().message;
-    }
-    rusage self{};
-    getrusage(RUSAGE_SELF, &self);  // every thread of eacgm's
-    o.agent_cpu_s = static_cast<double>(self.ru_utime.tv_sec + self.ru_stime.tv_sec) +
-                    static_cast<double>(self.ru_utime.tv_usec + self.ru_stime.tv_usec) / 1e6;
-    o.agent_peak_rss_bytes = static_cast<uint64_t>(self.ru_maxrss) * 1024;
-  }
-
   TraceOptions options_;
   Session session_;
   Recorder recorder_;
@@ -311,6 +290,7 @@ class TraceRun {
   std::unique_ptr<GpuLayer> gpu_;  // null when the gpu layer is not selected
   std::optional<SessionDir> dir_;  // locked from start() to the end of the run
   AsyncSinks* files_ = nullptr;    // the file sinks (owned by the recorder)
+  OverheadMeter overhead_;
   sigset_t signals_ = loop_signals();
   int sigfd_ = -1;
 };

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 
+#include "agent/overhead_meter.h"
 #include "agent/privileges.h"
 #include "agent/recorder.h"
 #include "agent/trace_session.h"
@@ -60,6 +61,7 @@ class Agent {
     bpf_layers_ = options.layers;
     bpf_layers_.erase(Layer::kGpu);
     bpf_layers_.erase(Layer::kOs);  // tracepoints: no library to look for
+    overhead_.measure_trap_cost();  // at start-up, once a boot: ~0.1 s, then cached
   }
 
   // New processes that map a traced library (in the cgroup, if one was given).
@@ -124,6 +126,7 @@ class Agent {
       identities_.erase(pid);
     }
     metrics_.set_event_counts(session_.events_recorded, tracer_.dropped());
+    metrics_.set_overhead(overhead_.read(tracer_));
     for (Layer layer : options_.layers) {
       if (layer == Layer::kGpu) continue;  // set by the caller, which owns the gpu layer
       bool active = !tracer_.layer_problem(layer).has_value();
@@ -154,6 +157,7 @@ class Agent {
   std::set<Layer> bpf_layers_;
   std::map<uint32_t, uint64_t> checked_;  // pid -> when it was found to map nothing traced
   std::map<uint32_t, std::pair<std::vector<std::string>, ServedProcess>> identities_;
+  OverheadMeter overhead_;
 };
 
 }  // namespace

@@ -65,6 +65,19 @@ std::vector<MetricFamilyInfo> ServeMetrics::families() {
       {"eacgm_anomaly_timestamp_seconds", "gauge",
        "Unix time of the latest anomaly of this kind for this rank or process (recent ones)."},
       {"eacgm_gpu_memory_total_bytes", "gauge", "Device memory of each GPU (NVML)."},
+      {"eacgm_probe_hits_total", "counter",
+       "Runs of eacgm's BPF programs, by layer, in every process that ran a probed function "
+       "(the kernel's BPF statistics)."},
+      {"eacgm_probe_bpf_seconds_total", "counter",
+       "In-kernel run time of eacgm's BPF programs, by layer (the python sampler's apart)."},
+      {"eacgm_probe_trap_seconds", "gauge",
+       "What one uprobe hit costs a traced process in traps on this machine, measured by eacgm."},
+      {"eacgm_estimated_added_seconds_total", "counter",
+       "Time the traced processes lost to tracing, estimated: traps and program run time."},
+      {"eacgm_process_estimated_added_seconds_total", "counter",
+       "The same for one traced process, from its traced calls."},
+      {"eacgm_agent_cpu_seconds_total", "counter", "CPU time eacgm itself used, all threads."},
+      {"eacgm_agent_peak_resident_bytes", "gauge", "eacgm's own peak resident memory."},
       {"eacgm_gpu_events_total", "counter", "XID and ECC events each GPU reported (NVML)."},
   };
   for (const GpuMetricInfo& info : gpu_metrics()) {
@@ -96,6 +109,11 @@ ServeMetrics::ApiStats& ServeMetrics::api(const CallRecord& call) {
 
 void ServeMetrics::on_call(const CallRecord& call) {
   std::lock_guard lock(mu_);
+  if (auto it = calls_by_process_.find(call.pid); it != calls_by_process_.end()) {
+    ++it->second[call.spec->layer];
+  } else if (calls_by_process_.size() < options_.max_processes) {
+    ++calls_by_process_[call.pid][call.spec->layer];
+  }
   ApiStats& stats = api(call);
   ++stats.calls;
   stats.latency.observe(call.duration_ns);
@@ -148,6 +166,63 @@ void ServeMetrics::forget_process(uint32_t pid) {
   std::lock_guard lock(mu_);
   processes_.erase(pid);
   collectives_.erase(pid);
+  calls_by_process_.erase(pid);
+}
+
+void ServeMetrics::set_overhead(TracingOverhead overhead) {
+  std::lock_guard lock(mu_);
+  overhead_ = std::move(overhead);
+}
+
+template <typename Family>
+void ServeMetrics::render_overhead(Exposition& out, Family& family) const {
+  for (const char* name :
+       {"eacgm_probe_hits_total", "eacgm_probe_bpf_seconds_total", "eacgm_probe_trap_seconds",
+        "eacgm_estimated_added_seconds_total", "eacgm_process_estimated_added_seconds_total",
+        "eacgm_agent_cpu_seconds_total", "eacgm_agent_peak_resident_bytes"}) {
+    family(name);
+  }
+  if (!overhead_) return;
+  const TracingOverhead& o = *overhead_;
+  // Per layer: the job's hits and program time, and what one hit costs on average.
+  struct LayerCost {
+    uint64_t hits = 0, bpf_ns = 0;
+    bool traps = false;
+  };
+  std::map<std::string, LayerCost> by_layer;
+  for (const TracingOverhead::Programs& p : o.programs) {
+    if (p.in_agent) continue;
+    LayerCost& c = by_layer[p.group];
+    c.hits += p.hits;
+    c.bpf_ns += p.bpf_ns;
+    c.traps |= p.traps;
+  }
+  if (!o.programs_problem) {
+    for (const auto& [layer, c] : by_layer) {
+      out.sample("eacgm_probe_hits_total", {{"layer", layer}}, static_cast<double>(c.hits));
+      out.sample("eacgm_probe_bpf_seconds_total", {{"layer", layer}},
+                 static_cast<double>(c.bpf_ns) / 1e9);
+    }
+  }
+  if (o.trap_ns_per_hit) out.sample("eacgm_probe_trap_seconds", {}, *o.trap_ns_per_hit / 1e9);
+  if (const std::optional<double> added = o.estimated_added_s()) {
+    out.sample("eacgm_estimated_added_seconds_total", {}, *added);
+    for (const auto& [pid, calls] : calls_by_process_) {
+      if (!processes_.contains(pid)) continue;  // live, identified processes only
+      double ns = 0;
+      for (const auto& [layer, n] : calls) {
+        auto c = by_layer.find(std::string(layer_name(layer)));
+        if (c == by_layer.end() || c->second.hits == 0) continue;
+        // An entry and a return per call.
+        const double per_hit = static_cast<double>(c->second.bpf_ns) / c->second.hits +
+                               (c->second.traps ? *o.trap_ns_per_hit : 0);
+        ns += 2.0 * static_cast<double>(n) * per_hit;
+      }
+      out.sample("eacgm_process_estimated_added_seconds_total", process_labels(pid), ns / 1e9);
+    }
+  }
+  out.sample("eacgm_agent_cpu_seconds_total", {}, o.agent_cpu_s);
+  out.sample("eacgm_agent_peak_resident_bytes", {}, static_cast<double>(o.agent_peak_rss_bytes));
 }
 
 void ServeMetrics::set_event_counts(uint64_t recorded, uint64_t dropped) {
@@ -262,6 +337,8 @@ std::string ServeMetrics::render() const {
                  t);
     }
   }
+
+  render_overhead(out, family);
 
   family("eacgm_gpu_memory_total_bytes");
   for (const auto& [device, gpu] : gpus_) {

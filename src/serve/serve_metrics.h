@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "serve/exposition.h"
+#include "session/overhead.h"
 #include "sinks/sink.h"
 
 namespace eacgm {
@@ -67,6 +68,8 @@ class ServeMetrics : public Sink {
   void forget_process(uint32_t pid);
   void set_event_counts(uint64_t recorded, uint64_t dropped);
   void set_layer_active(Layer layer, bool active);
+  // What tracing has cost so far (agent/overhead_meter.h).
+  void set_overhead(TracingOverhead overhead);
 
   // Any thread.
   std::string render() const;
@@ -103,6 +106,8 @@ class ServeMetrics : public Sink {
 
   ApiStats& api(const CallRecord& call);
   Labels process_labels(uint32_t pid) const;
+  template <typename Family>
+  void render_overhead(Exposition& out, Family& family) const;
 
   Options options_;
   std::string version_;
@@ -116,6 +121,8 @@ class ServeMetrics : public Sink {
   std::deque<RecentAnomaly> recent_;
   std::map<uint32_t, GpuDevice> gpus_;
   std::map<Layer, bool> layers_;
+  std::map<uint32_t, std::map<Layer, uint64_t>> calls_by_process_;  // live processes only
+  std::optional<TracingOverhead> overhead_;
   uint64_t events_ = 0;
   uint64_t dropped_ = 0;
 };

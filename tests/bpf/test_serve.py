@@ -288,6 +288,23 @@ class ServeTest(EacgmTest):
             self.prometheus.values('eacgm_call_duration_seconds_bucket{api="ncclAllReduce",'
                                    'le="+Inf"}', "api"), {"ncclAllReduce": 160.0})
         self.assertEqual(self.prometheus.values("eacgm_events_dropped_total", "job"), {"eacgm": 0.0})
+        # What tracing cost, refreshed with the counts: at least an entry and a return per call
+        # the ranks made (other jobs on the shared simulated library may add their own).
+        deadline = time.time() + 10
+        while True:
+            m = self.metrics(serve)
+            hits = {dict(labels)["layer"]: value for (name, labels), value in m.items()
+                    if name == "eacgm_probe_hits_total"}
+            if hits.get("nccl", 0) >= 2 * sum(nccl.values()) or time.time() > deadline:
+                break
+            time.sleep(0.5)
+        self.assertGreaterEqual(hits.get("nccl", 0), 2 * sum(nccl.values()), hits)
+        self.assertGreaterEqual(hits.get("cuda", 0), 2 * sum(cuda_got.values()), hits)
+        added = [v for (name, _), v in m.items() if name == "eacgm_estimated_added_seconds_total"]
+        self.assertEqual(len(added), 1, m)
+        self.assertGreater(added[0], 0)
+        self.assertTrue(any(name == "eacgm_agent_cpu_seconds_total" and v > 0
+                            for (name, _), v in m.items()))
 
         # The straggler: one anomaly, naming the injected slow rank and its pid.
         # (Only the NCCL layer's verdicts are checked: the per-process GMM

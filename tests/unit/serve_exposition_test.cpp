@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "probe_row.h"
 #include "serve/discovery.h"
 #include "serve/exposition.h"
 #include "serve/http_server.h"
@@ -129,6 +130,38 @@ TEST(ServeMetricsTest, AnomaliesAreCountedAndRecentOnesKept) {
   const auto j = nlohmann::json::parse(m.anomalies_json());
   ASSERT_EQ(j["anomalies"].size(), 2u);
   EXPECT_EQ(j["anomalies"][1]["rank"], 3);
+}
+
+TEST(ServeMetricsTest, OverheadOfTheAgentAndOfEachTracedProcess) {
+  ServeMetrics m({}, "9.9");
+  ServedProcess p;
+  p.pid = 42;
+  m.update_process(p);
+  CallRecord call;
+  call.pid = 42;
+  call.spec = &cuda_row("cudaLaunchKernel");
+  for (int i = 0; i < 1000; ++i) m.on_call(call);
+  TracingOverhead o;
+  o.programs = {{.group = "cuda", .hits = 4000, .bpf_ns = 400'000, .traps = true},
+                {.group = "os", .hits = 10, .bpf_ns = 5'000}};
+  o.trap_ns_per_hit = 900;
+  o.agent_cpu_s = 1.5;
+  o.agent_peak_rss_bytes = 1 << 26;
+  m.set_overhead(o);
+  const std::string t = m.render();
+  EXPECT_NE(t.find("eacgm_probe_hits_total{layer=\"cuda\"} 4000\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("eacgm_probe_bpf_seconds_total{layer=\"os\"} 5e-06\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("eacgm_probe_trap_seconds 9e-07\n"), std::string::npos) << t;
+  // 4000 traps of 900 ns and 0.405 ms of programs.
+  EXPECT_NE(t.find("eacgm_estimated_added_seconds_total 0.004005\n"), std::string::npos) << t;
+  // The process made 1000 of the calls: 2000 hits of 900 + 100 ns.
+  EXPECT_NE(t.find("eacgm_process_estimated_added_seconds_total{pid=\"42\",rank=\"\",job_id="
+                   "\"\"} 0.002\n"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("eacgm_agent_cpu_seconds_total 1.5\n"), std::string::npos) << t;
+  m.forget_process(42);
+  EXPECT_EQ(m.render().find("pid=\"42\""), std::string::npos);
 }
 
 TEST(ServeMetricsTest, EveryRenderedFamilyIsDeclaredOnceWithHelpAndType) {
