@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -33,6 +34,11 @@ std::string& libbpf_log() {
   static std::string log;
   return log;
 }
+// Objects load on several threads (Tracer::open): the log is shared.
+std::mutex& libbpf_log_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
 bool g_verbose = false;
 
 int collect_libbpf_output(enum libbpf_print_level level, const char* format, va_list args) {
@@ -40,6 +46,7 @@ int collect_libbpf_output(enum libbpf_print_level level, const char* format, va_
   char line[1024];
   const int n = vsnprintf(line, sizeof(line), format, args);
   if (g_verbose) fputs(line, stderr);
+  std::lock_guard lock(libbpf_log_mutex());
   std::string& log = libbpf_log();
   if (log.size() < 64 * 1024) log += line;
   return n;
@@ -47,6 +54,7 @@ int collect_libbpf_output(enum libbpf_print_level level, const char* format, va_
 
 std::string libbpf_error(std::string_view what, int err) {
   std::string message = fmt::format("{}: {}", what, std::strerror(err < 0 ? -err : err));
+  std::lock_guard lock(libbpf_log_mutex());
   const std::string& log = libbpf_log();
   if (!log.empty()) {
     // The last lines say why; the verifier's full dump is too long to be useful here.
@@ -280,7 +288,10 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
   static std::once_flag print_once;
   std::call_once(print_once, [] { libbpf_set_print(collect_libbpf_output); });
   g_verbose = options.verbose;
-  libbpf_log().clear();
+  {
+    std::lock_guard lock(libbpf_log_mutex());
+    libbpf_log().clear();
+  }
 
   std::unique_ptr<Tracer> tracer(new Tracer());
   tracer->handler_ = std::move(handler);
@@ -332,42 +343,73 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
     p.core_links.push_back(link);
   }
 
+  // The other objects on threads of their own: each parses the kernel's BTF again and waits
+  // for the verifier, ~30 ms apiece here, and they depend only on the core's maps. (libbpf keeps
+  // no state across objects but its feature cache, which it reads and writes atomically.)
   const bool python = options.layers.contains(Layer::kPython);
+  auto concurrently = [](auto load) {
+    return std::async(std::launch::async | std::launch::deferred, load);
+  };
+  std::optional<std::future<Result<void>>> python_loaded;
   if (python) {
-    if (auto r = tracer->load_python(open_opts); !r) return r.error();
+    python_loaded.emplace(concurrently([&] { return tracer->load_python(open_opts); }));
   }
+  eacgm_os* os_skel = nullptr;
+  std::vector<std::pair<Layer, std::future<Result<LayerPrograms>>>> loading;
   for (Layer layer : options.layers) {
-    Result<LayerPrograms> progs =
-        Error{fmt::format("layer {} has no BPF program", layer_name(layer))};
+    const bool multi = tracer->multi_, stop = options.stop_on_dlopen;
     switch (layer) {
       case Layer::kCuda:
-        progs = load_layer(layer, eacgm_cuda__open_opts, eacgm_cuda__load, eacgm_cuda__destroy,
-                           p.core, &open_opts, tracer->multi_, python, options.stop_on_dlopen);
+        loading.emplace_back(layer, concurrently([&, layer, multi, stop] {
+                               return load_layer(layer, eacgm_cuda__open_opts, eacgm_cuda__load,
+                                                 eacgm_cuda__destroy, p.core, &open_opts, multi,
+                                                 python, stop);
+                             }));
         break;
       case Layer::kNccl:
-        progs = load_layer(layer, eacgm_nccl__open_opts, eacgm_nccl__load, eacgm_nccl__destroy,
-                           p.core, &open_opts, tracer->multi_, python, options.stop_on_dlopen);
+        loading.emplace_back(layer, concurrently([&, layer, multi, stop] {
+                               return load_layer(layer, eacgm_nccl__open_opts, eacgm_nccl__load,
+                                                 eacgm_nccl__destroy, p.core, &open_opts, multi,
+                                                 python, stop);
+                             }));
         break;
       case Layer::kTorch:
-        progs = load_layer(layer, eacgm_torch__open_opts, eacgm_torch__load, eacgm_torch__destroy,
-                           p.core, &open_opts, tracer->multi_, python, options.stop_on_dlopen);
+        loading.emplace_back(layer, concurrently([&, layer, multi, stop] {
+                               return load_layer(layer, eacgm_torch__open_opts, eacgm_torch__load,
+                                                 eacgm_torch__destroy, p.core, &open_opts, multi,
+                                                 python, stop);
+                             }));
+        break;
+      case Layer::kOs:
+        loading.emplace_back(layer,
+                             concurrently([&] { return load_os(p.core, &open_opts, &os_skel); }));
         break;
       case Layer::kPython:
-        continue;  // loaded above: the other layers' handlers read its maps
-      case Layer::kOs:
-        progs = load_os(p.core, &open_opts, &p.os);
-        if (!progs) {
-          // The os layer needs no library and must never cost the others.
-          tracer->layer_problems_[layer] = progs.error().message;
-          continue;
-        }
-        break;
+        break;  // above: the other layers' handlers read its maps
       default:
-        break;
+        return Error{fmt::format("layer {} has no BPF program", layer_name(layer))};
     }
-    if (!progs) return progs.error();
+  }
+  // Every load is waited for (they use this frame), then the first error in layer order wins.
+  std::optional<Error> failed;
+  if (python_loaded) {
+    if (Result<void> r = python_loaded->get(); !r) failed = r.error();
+  }
+  for (auto& [layer, loaded] : loading) {
+    Result<LayerPrograms> progs = loaded.get();
+    if (!progs) {
+      if (layer == Layer::kOs) {
+        // The os layer needs no library and must never cost the others.
+        tracer->layer_problems_[layer] = progs.error().message;
+      } else if (!failed) {
+        failed = progs.error();
+      }
+      continue;
+    }
     p.layers.emplace(layer, std::move(*progs));
   }
+  p.os = os_skel;
+  if (failed) return *failed;
   if (p.os) {
     std::vector<std::string> missing;
     size_t attached = 0;
