@@ -158,7 +158,9 @@ void WindowAggregator::add(const CallSample& call) {
   open.floor = std::min(open.floor, call.outstanding_bytes);
   if (call.failed) ++open.errors;
   const double log_duration = log_ns(call.duration_ns);
-  open.apis[call.name].log_durations.push_back(log_duration);
+  ApiWindow& api = open.apis[call.name];
+  api.layer = call.layer;
+  api.log_durations.push_back(log_duration);
   switch (api_class(call.layer, call.name)) {
     case ApiClass::kLaunch:
       ++open.launches;

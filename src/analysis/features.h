@@ -87,6 +87,7 @@ double feature_min_scale(int feature, double typical_value);
 
 // Durations of one API in one window.
 struct ApiWindow {
+  Layer layer = Layer::kCuda;  // the API's layer
   std::vector<double> log_durations;
   double median_log_duration() const;  // NaN when empty
 };

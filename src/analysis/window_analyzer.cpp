@@ -76,6 +76,46 @@ std::string suggestion_for(int feature, double z) {
   }
 }
 
+// The advice for `feature` deviating in a worker whose calls are mostly `layer`'s: the seed's
+// table speaks of GPUs and collectives; a PyTorch operator on the CPU, or a job with no GPU
+// layer among its calls, gets advice about the host instead.
+std::string suggestion_for(Layer layer, int feature, double z) {
+  const bool on_gpu = layer == Layer::kCuda || layer == Layer::kNccl;
+  if (on_gpu || feature == kDeviceMemory || feature == kDeviceMemorySlope ||
+      feature == kCollectiveLatency || feature == kCollectiveBandwidth || feature == kErrorRate) {
+    return suggestion_for(feature, z);
+  }
+  const bool slower_calls =
+      feature == kLaunchLatency || feature == kSyncLatency || (feature == kBusyShare && z > 0);
+  if (slower_calls) {
+    return fmt::format(
+        "the {} calls themselves are slower than usual: check their input shapes and dtypes, "
+        "the threads they run on (torch.get_num_threads, OMP_NUM_THREADS) and what else "
+        "competes for the CPUs",
+        layer_name(layer));
+  }
+  return fmt::format(
+      "the process spends more time outside its traced {} calls (Python, data loading, I/O): "
+      "see the python layer's report for the functions that take it, add DataLoader workers, "
+      "make I/O asynchronous",
+      layer_name(layer));
+}
+
+// The layer with the most calls in `w`, or `fallback` when it has none.
+Layer main_layer_of(const Window& w, Layer fallback) {
+  std::map<Layer, size_t> calls;
+  for (const auto& [name, api] : w.apis) calls[api.layer] += api.log_durations.size();
+  Layer best = fallback;
+  size_t most = 0;
+  for (const auto& [layer, n] : calls) {
+    if (n > most) {
+      best = layer;
+      most = n;
+    }
+  }
+  return best;
+}
+
 std::string entity_name(uint32_t pid, const EntityInfo& info) {
   return info.rank ? fmt::format("pid {} (rank {})", pid, *info.rank) : fmt::format("pid {}", pid);
 }
@@ -168,6 +208,7 @@ void WindowAnalyzer::score(Entity& e, const Window& w, std::vector<Anomaly>& out
     return fmt::format("{:.1f}-{:.1f} s", s(from), s(to));
   };
 
+  e.main_layer = main_layer_of(w, e.main_layer);
   if (options_.latency) {
     for (const auto& [api, lb] : b.latency) {
       auto it = w.apis.find(api);
@@ -185,7 +226,7 @@ void WindowAnalyzer::score(Entity& e, const Window& w, std::vector<Anomaly>& out
       const double robust_z = excess / std::max(1.4826 * lb.mad_log_ns, 1e-3);
       Anomaly a = base_anomaly(e, w.pid, ep, w);
       a.kind = "latency";
-      a.layer = api.starts_with("nccl") ? Layer::kNccl : Layer::kCuda;
+      a.layer = it->second.layer;
       a.score = -excess;
       a.evidence["api"] = api;
       a.evidence["calls"] = it->second.log_durations.size();
@@ -202,8 +243,8 @@ void WindowAnalyzer::score(Entity& e, const Window& w, std::vector<Anomaly>& out
           who, api, format_duration(now_ns), it->second.log_durations.size(),
           span(ep.first_hit_ns, w.end_ns), now_ns / std::max(base_ns, 1.0),
           format_duration(base_ns), robust_z);
-      a.suggestion = a.layer == Layer::kNccl ? suggestion_for(kCollectiveLatency, robust_z)
-                                             : suggestion_for(kSyncLatency, robust_z);
+      a.suggestion = suggestion_for(
+          a.layer, a.layer == Layer::kNccl ? kCollectiveLatency : kSyncLatency, robust_z);
       out.push_back(std::move(a));
     }
   }
@@ -218,7 +259,7 @@ void WindowAnalyzer::score(Entity& e, const Window& w, std::vector<Anomaly>& out
       const bool busier = busy > b.busy_share_median + 0.2;
       Anomaly a = base_anomaly(e, w.pid, e.throughput, w);
       a.kind = "throughput";
-      a.layer = Layer::kCuda;
+      a.layer = e.main_layer;
       const double drop = 1 - rate / b.call_rate_median;
       a.score = -drop;
       a.evidence["call_rate"] = rate;
@@ -237,8 +278,10 @@ void WindowAnalyzer::score(Entity& e, const Window& w, std::vector<Anomaly>& out
           "calls {:.1f} % (baseline {:.1f} %): {}",
           who, rate, span(e.throughput.first_hit_ns, w.end_ns), 100 * drop, b.call_rate_median,
           100 * busy, 100 * b.busy_share_median,
-          busier ? "the calls themselves got slower" : "the time between GPU calls grew");
-      a.suggestion = suggestion_for(kBusyShare, busier ? 1 : -1);
+          busier ? "the calls themselves got slower"
+                 : fmt::format("the time between {} calls grew",
+                               a.layer == Layer::kCuda ? "GPU" : layer_name(a.layer)));
+      a.suggestion = suggestion_for(a.layer, kBusyShare, busier ? 1 : -1);
       out.push_back(std::move(a));
     }
   }
@@ -282,7 +325,7 @@ void WindowAnalyzer::score(Entity& e, const Window& w, std::vector<Anomaly>& out
       a.kind = "gmm";
       const int top = devs.front().feature;
       a.layer =
-          top == kCollectiveLatency || top == kCollectiveBandwidth ? Layer::kNccl : Layer::kCuda;
+          top == kCollectiveLatency || top == kCollectiveBandwidth ? Layer::kNccl : e.main_layer;
       a.score = ll;
       a.evidence["log_likelihood"] = ll;
       a.evidence["threshold"] = b.threshold;
@@ -307,7 +350,7 @@ void WindowAnalyzer::score(Entity& e, const Window& w, std::vector<Anomaly>& out
           "{}: {} unlike its baseline (log-likelihood {:.1f}, threshold {:.1f}); most deviating: "
           "{}",
           who, span(e.gmm.first_hit_ns, w.end_ns), ll, b.threshold, parts);
-      a.suggestion = suggestion_for(top, devs.front().z_baseline);
+      a.suggestion = suggestion_for(a.layer, top, devs.front().z_baseline);
       out.push_back(std::move(a));
     }
   }

@@ -90,6 +90,9 @@ class WindowAnalyzer {
     size_t windows = 0, scored = 0;
     Episode gmm, throughput;
     std::map<std::string, Episode> latency;
+    // The layer most of its calls belong to (by the last window with calls): what a throughput
+    // or GMM anomaly is about, and which advice fits.
+    Layer main_layer = Layer::kCuda;
   };
 
   std::vector<Anomaly> process(std::vector<Window> windows);

@@ -93,6 +93,34 @@ bool write_json(const std::string& path, const nlohmann::json& j, std::string& e
   return true;
 }
 
+// The kinds `analyze` finds again from events.sqlite (the window detectors and the leak
+// detector). The others need what only the live run saw (a hang's stop in time, a signal, an
+// NVML reading, the Python samples) and are taken from summary.json as recorded.
+bool replayed_offline(std::string_view kind) {
+  return kind == "latency" || kind == "throughput" || kind == "gmm" || kind == "leak";
+}
+
+// The anomalies the live run recorded in `dir`/summary.json that analyze does not replay; an
+// empty list when the summary is missing or unreadable (then `note` says so).
+nlohmann::json live_only_anomalies(const std::string& dir, std::string& note) {
+  std::ifstream in(dir + "/summary.json");
+  if (!in) {
+    note = "no summary.json: the live run's other anomalies are unknown";
+    return nlohmann::json::array();
+  }
+  const nlohmann::json summary = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!summary.is_object() || !summary.contains("anomalies") || !summary["anomalies"].is_array()) {
+    note = "summary.json is unreadable: the live run's other anomalies are unknown";
+    return nlohmann::json::array();
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const nlohmann::json& a : summary["anomalies"]) {
+    if (!a.is_object() || !a.contains("kind") || !a["kind"].is_string()) continue;
+    if (!replayed_offline(a["kind"].get<std::string>())) out.push_back(a);
+  }
+  return out;
+}
+
 int run_analyze(const AnalyzeArgs& args) {
   auto session = load_recorded_session(args.session);
   if (!session) return fail(kExitUsage, session.error().message);
@@ -123,6 +151,9 @@ int run_analyze(const AnalyzeArgs& args) {
   nlohmann::json list = nlohmann::json::array();
   for (const Anomaly& a : anomalies) list.push_back(anomaly_json(a));
   report["anomalies"] = std::move(list);
+  std::string live_note;
+  report["live_only"] = live_only_anomalies(args.session, live_note);
+  if (!live_note.empty()) report["live_only_note"] = live_note;
   if (!args.output.empty()) {
     std::string error;
     if (!write_json(args.output, report, error)) return fail(kExitUsage, error);
@@ -141,6 +172,25 @@ int run_analyze(const AnalyzeArgs& args) {
     for (const Anomaly& a : anomalies) {
       fmt::print("  [{}] {} at {:.1f} s: {}\n      suggestion: {}\n", a.kind, layer_name(a.layer),
                  a.t_s, a.message, a.suggestion);
+    }
+    const nlohmann::json& live = report["live_only"];
+    if (!live_note.empty()) {
+      fmt::print("{}\n", live_note);
+    } else if (!live.empty()) {
+      fmt::print(
+          "recorded live, not replayed here ({} of them; they need what only the live run saw: "
+          "hangs, signals, GPU readings, Python samples):\n",
+          live.size());
+      auto text = [](const nlohmann::json& a, const char* key) {
+        const auto it = a.find(key);
+        if (it == a.end()) return std::string();
+        return it->is_string() ? it->get<std::string>() : json_text(*it);
+      };
+      for (const nlohmann::json& a : live) {
+        const auto t = a.find("t_s");
+        fmt::print("  [{}] {} at {:.1f} s: {}\n", text(a, "kind"), text(a, "layer"),
+                   t != a.end() && t->is_number() ? t->get<double>() : 0.0, text(a, "message"));
+      }
     }
   }
   return kExitOk;

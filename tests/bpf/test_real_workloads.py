@@ -3,13 +3,15 @@ DataLoader with worker processes, a gloo job started as torchrun starts ranks, t
 a bash/subprocess chain and heavy imports, on Debian's python3.11 and python3-torch. Healthy runs
 must yield no anomaly at all; each injected fault exactly its own, naming the right process and
 function. The workloads print `pid=` lines (and ranks `rank=R pid=P`) so a test knows who is who."""
+import json
 import os
 import re
+import subprocess
 import sys
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from eacgm_testlib import EacgmTest, main, require_root  # noqa: E402
+from eacgm_testlib import EACGM, EacgmTest, main, require_root  # noqa: E402
 
 WORKLOADS = os.path.join(os.path.dirname(__file__), "..", "workloads")
 PYTHON = "/usr/bin/python3.11"
@@ -68,6 +70,18 @@ class RealWorkloads(EacgmTest):
         a = self.assertOnlySlowCall(s, "train_cnn.py:slow_checkpoint")
         self.assertEqual(a["pid"], self.main_pid(s))
         self.assertEqual(a["evidence"]["tid"], self.main_pid(s))
+        # Offline, analyze says what the live run found that it does not replay, and finds
+        # nothing of the GPU's on a job without one.
+        report_path = os.path.join(self.tmp, "report.json")
+        proc = subprocess.run([EACGM, "analyze", s.path, "-o", report_path], capture_output=True,
+                              text=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(report_path) as f:
+            report = json.load(f)
+        self.assertEqual([(x["kind"], x["evidence"]["function"]) for x in report["live_only"]],
+                         [("slow_call", "train_cnn.py:slow_checkpoint")])
+        self.assertIn("recorded live, not replayed here", proc.stdout)
+        self.assertEqual([x for x in report["anomalies"] if x["layer"] in ("cuda", "nccl")], [])
 
     @unittest.skipUnless(have_torch(), "needs Debian's python3-torch")
     def test_a_slow_getitem_in_persistent_workers_is_one_finding(self):

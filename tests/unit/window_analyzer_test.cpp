@@ -138,6 +138,74 @@ TEST(WindowAnalyzer, LatencySpikeNamesTheApiAndWhen) {
   EXPECT_GT(gmm[0].evidence["features"][0]["z"].get<double>(), 10);
 }
 
+// A CPU training loop seen only through the torch layer: three operators a step, every 10 ms.
+std::vector<CallSample> torch_loop(uint32_t pid, double seconds, unsigned seed,
+                                   const Fault& fault = {}) {
+  std::mt19937_64 rng(seed);
+  std::lognormal_distribution<double> noise(0, 0.2);
+  std::vector<CallSample> out;
+  const uint64_t t0 = 50 * kS;
+  uint64_t t = t0;
+  while (t < t0 + static_cast<uint64_t>(seconds * 1e9)) {
+    const bool faulty = static_cast<double>(t - t0) / 1e9 >= fault.from_s;
+    const uint64_t step_start = t;
+    for (auto [name, typical_ns] :
+         {std::pair{"aten::convolution", 300e3}, std::pair{"aten::relu", 20e3},
+          std::pair{"aten::addmm", 100e3}}) {
+      double ns = typical_ns * noise(rng);
+      if (faulty && name == fault.api) ns *= fault.latency_factor;
+      CallSample c;
+      c.pid = pid;
+      c.layer = Layer::kTorch;
+      c.name = name;
+      c.start_ns = t;
+      c.duration_ns = static_cast<uint64_t>(ns);
+      out.push_back(c);
+      t += c.duration_ns + 2000;
+    }
+    const uint64_t period = static_cast<uint64_t>(10 * kMs * (faulty ? fault.period_factor : 1));
+    t = std::max(t, step_start + period);
+  }
+  return out;
+}
+
+bool speaks_of_gpus(const std::string& text) {
+  return text.find("GPU") != std::string::npos || text.find("CUDA") != std::string::npos ||
+         text.find("kernel choice") != std::string::npos || text.find("pin") != std::string::npos;
+}
+
+TEST(WindowAnalyzer, ATorchOperatorsLatencyIsTheTorchLayersWithHostAdvice) {
+  const Verdicts r = analyze(torch_loop(4, 40, 3, slower(25, "aten::addmm", 20)));
+  const auto latency = r.of("latency");
+  ASSERT_EQ(latency.size(), 1u) << describe(r);
+  EXPECT_EQ(latency[0].evidence["api"], "aten::addmm");
+  EXPECT_EQ(latency[0].layer, Layer::kTorch);
+  EXPECT_FALSE(speaks_of_gpus(latency[0].suggestion)) << latency[0].suggestion;
+  EXPECT_NE(latency[0].suggestion.find("torch.get_num_threads"), std::string::npos);
+  for (const Anomaly& a : r.anomalies) {
+    EXPECT_EQ(a.layer, Layer::kTorch) << a.kind << ": " << a.message;
+    EXPECT_FALSE(speaks_of_gpus(a.suggestion)) << a.kind << ": " << a.suggestion;
+  }
+}
+
+TEST(WindowAnalyzer, ATorchLoopThatStallsIsAHostStallOfTheTorchLayer) {
+  const Verdicts r = analyze(torch_loop(4, 40, 5, stall(25, 4)));
+  const auto throughput = r.of("throughput");
+  ASSERT_EQ(throughput.size(), 1u) << describe(r);
+  EXPECT_EQ(throughput[0].layer, Layer::kTorch);
+  EXPECT_NE(throughput[0].message.find("time between torch calls grew"), std::string::npos)
+      << throughput[0].message;
+  EXPECT_FALSE(speaks_of_gpus(throughput[0].suggestion)) << throughput[0].suggestion;
+  EXPECT_NE(throughput[0].suggestion.find("python layer"), std::string::npos);
+}
+
+TEST(WindowAnalyzer, HealthyTorchLoopsRaiseNothing) {
+  for (unsigned seed = 1; seed <= 4; ++seed) {
+    const Verdicts r = analyze(torch_loop(4, 60, seed));
+    EXPECT_TRUE(r.anomalies.empty()) << "seed " << seed << "\n" << describe(r);
+  }
+}
+
 TEST(WindowAnalyzer, SmallLatencyChangeIsNotASpike) {
   // 30 % slower launches: inside the 2x rule, so not a latency anomaly.
   const Verdicts r = analyze(loop(3, 40, 9, slower(25, "cudaLaunchKernel", 1.3)));
