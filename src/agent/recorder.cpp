@@ -391,6 +391,7 @@ void Recorder::on_process_event(const ProcEvent& event) {
     case ProcEvent::Kind::kFork: {
       ProcessInfo& child = session_.process(event.pid);
       child.ppid = event.ppid;
+      child.forked = true;
       child.start_ns = event.ts_ns;
       child.comm = event.comm;
       if (const ProcessInfo* parent = session_.find_process(event.ppid)) {
@@ -417,6 +418,7 @@ void Recorder::on_process_event(const ProcEvent& event) {
         tracer_->remove_python_process(event.pid);
         python_.forget(event.pid);
       }
+      session_.process(event.pid).execed = true;
       session_.process(event.pid).rank.reset();
       session_.process(event.pid).world_size.reset();
       refresh_identity(event.pid);

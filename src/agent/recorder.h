@@ -30,7 +30,8 @@ class Recorder {
       : session_(session), layers_(std::move(layers)), collectives_(collectives) {
     analysis_.set_lookup([this](uint32_t pid) {
       const ProcessInfo* p = session_.find_process(pid);
-      return p ? EntityInfo{p->rank, p->comm} : EntityInfo{};
+      return p ? EntityInfo{p->rank, p->comm, std::string(process_role(session_, *p))}
+               : EntityInfo{};
     });
   }
 

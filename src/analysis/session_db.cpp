@@ -97,7 +97,12 @@ Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string
   }
   {
     Stmt s;
-    if (auto r = prepare("SELECT pid, rank, comm, end_ns FROM processes", s); !r) return r.error();
+    // `role` came later (sessions of eacgm 0.1 have none: their workers share a key).
+    if (auto r = prepare("SELECT pid, rank, comm, end_ns, role FROM processes", s); !r) {
+      if (auto old = prepare("SELECT pid, rank, comm, end_ns, NULL FROM processes", s); !old) {
+        return old.error();
+      }
+    }
     while (sqlite3_step(s.stmt) == SQLITE_ROW) {
       const auto pid = static_cast<uint32_t>(sqlite3_column_int64(s.stmt, 0));
       EntityInfo& info = session->processes[pid];
@@ -107,6 +112,9 @@ Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string
       }
       if (sqlite3_column_type(s.stmt, 3) != SQLITE_NULL) {
         session->process_end_ns[pid] = static_cast<uint64_t>(sqlite3_column_int64(s.stmt, 3));
+      }
+      if (const auto* role = sqlite3_column_text(s.stmt, 4)) {
+        info.role = reinterpret_cast<const char*>(role);
       }
     }
   }

@@ -123,7 +123,9 @@ std::string entity_name(uint32_t pid, const EntityInfo& info) {
 }  // namespace
 
 std::string entity_key(const EntityInfo& info) {
-  return info.rank ? fmt::format("rank:{}", *info.rank) : fmt::format("comm:{}", info.comm);
+  const std::string_view worker = info.role == "worker" ? "worker:" : "";
+  return info.rank ? fmt::format("{}rank:{}", worker, *info.rank)
+                   : fmt::format("{}comm:{}", worker, info.comm);
 }
 
 WindowAnalyzer::WindowAnalyzer(AnalyzerOptions options, const DetectorModel* model)

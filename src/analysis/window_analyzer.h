@@ -46,8 +46,10 @@ struct AnalyzerOptions {
 struct EntityInfo {
   std::optional<int> rank;
   std::string comm;
+  std::string role;  // process_role(): a worker's baseline is never its parent's
 };
-// "rank:R" when the process has a rank, else "comm:NAME".
+// "rank:R" when the process has a rank, else "comm:NAME"; "worker:" before either for a worker
+// (a DataLoader worker of rank 0 is "worker:rank:0").
 std::string entity_key(const EntityInfo& info);
 
 class WindowAnalyzer {

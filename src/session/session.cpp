@@ -34,6 +34,26 @@ ProcessInfo& Session::process(uint32_t pid) {
   return info;
 }
 
+namespace {
+
+bool is_worker(const Session& session, const ProcessInfo& p) {
+  const ProcessInfo* parent = p.ppid ? session.find_process(p.ppid) : nullptr;
+  if (!parent || p.rank != parent->rank) return false;
+  if (p.forked) return !p.execed;
+  return !p.cmdline.empty() && p.cmdline == parent->cmdline && p.comm == parent->comm;
+}
+
+}  // namespace
+
+std::string_view process_role(const Session& session, const ProcessInfo& p) {
+  if (is_worker(session, p)) return "worker";
+  if (p.rank) return "rank";
+  for (const auto& [pid, child] : session.processes) {
+    if (child.ppid == p.pid && child.rank && !is_worker(session, child)) return "launcher";
+  }
+  return "main";
+}
+
 const ProcessInfo* Session::find_process(uint32_t pid) const {
   auto it = processes.find(pid);
   return it == processes.end() ? nullptr : &it->second;

@@ -83,6 +83,8 @@ struct ProcessInfo {
   std::vector<std::string> cmdline;
   std::optional<int> rank;
   std::optional<int> world_size;  // WORLD_SIZE from the environment
+  bool forked = false;            // its fork was seen (it started while traced)
+  bool execed = false;            // it ran exec while traced
   uint64_t start_ns = 0;          // monotonic; 0 when it was already running
   uint64_t end_ns = 0;            // monotonic; 0 while alive
   std::optional<ProcessExit> exit;
@@ -185,5 +187,14 @@ class Session {
 
   double duration_s() const { return end_ns > start_ns ? (end_ns - start_ns) / 1e9 : 0.0; }
 };
+
+// What a process is to its job, for naming it and for keeping baselines apart:
+//   "worker"   a fork of a traced process still running its image (a DataLoader or
+//              multiprocessing worker): forked and never exec'd, or, when it was already running
+//              (attach), the same command line as its traced parent; it keeps its parent's rank
+//   "rank"     a process with a rank of its own (RANK, or its NCCL communicator)
+//   "launcher" a process whose children are ranks (torchrun, mpirun, a launcher script)
+//   "main"     anything else: the job's own process
+std::string_view process_role(const Session& session, const ProcessInfo& process);
 
 }  // namespace eacgm

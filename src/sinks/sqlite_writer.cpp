@@ -58,7 +58,8 @@ CREATE TABLE processes(
   exit_code INTEGER,
   exit_signal INTEGER,
   core_dumped INTEGER,
-  cause TEXT
+  cause TEXT,
+  role TEXT
 );
 CREATE TABLE threads(
   pid INTEGER NOT NULL,
@@ -406,7 +407,7 @@ Result<void> SqliteWriter::write_session(const Session& session) {
   sqlite3_stmt* raw = nullptr;
   if (Result<void> r = prepare(
           "INSERT INTO processes(pid, ppid, comm, cmdline, rank, start_ns, end_ns, exit_code, "
-          "exit_signal, core_dumped, cause) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+          "exit_signal, core_dumped, cause, role) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
           &raw);
       !r.ok()) {
     return r;
@@ -430,6 +431,7 @@ Result<void> SqliteWriter::write_session(const Session& session) {
         bind_int(stmt, 10, info->exit->core_dumped ? 1 : 0);
         bind_text_or_null(stmt, 11, info->exit->cause);
       }
+      bind_text(stmt, 12, process_role(session, *info));
     }
     if (sqlite3_step(stmt) != SQLITE_DONE) return sqlite_error("inserting processes");
   }

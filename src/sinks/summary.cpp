@@ -126,7 +126,8 @@ nlohmann::json summary_json(const Session& s) {
                  {"ppid", p.ppid},
                  {"comm", p.comm},
                  {"cmdline", p.cmdline},
-                 {"rank", p.rank ? json(*p.rank) : json(nullptr)}};
+                 {"rank", p.rank ? json(*p.rank) : json(nullptr)},
+                 {"role", process_role(s, p)}};
     if (p.exit) {
       proc["exit"] = {{"code", p.exit->code ? json(*p.exit->code) : json(nullptr)},
                       {"signal", p.exit->signal ? json(*p.exit->signal) : json(nullptr)},

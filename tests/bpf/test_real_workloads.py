@@ -54,6 +54,8 @@ class RealWorkloads(EacgmTest):
         main_pid = self.main_pid(s)
         workers = [p for p in s.summary["processes"] if p["ppid"] == main_pid]
         self.assertGreaterEqual(len(workers), 4)  # two per epoch
+        self.assertEqual(s.process(main_pid)["role"], "main")
+        self.assertEqual({p["role"] for p in workers}, {"worker"})
         python = s.summary["layers"]["python"]
         self.assertIn("samples_rejected", python)
         self.assertGreater(python["samples"], 100)
@@ -108,6 +110,9 @@ class RealWorkloads(EacgmTest):
         # The ranks by the RANK their launcher gave them.
         ranks = {p["rank"]: p["pid"] for p in s.summary["processes"] if p["rank"] is not None}
         self.assertEqual(sorted(ranks), [0, 1], s.summary["processes"])
+        self.assertEqual({s.process(pid)["role"] for pid in ranks.values()}, {"rank"})
+        launcher = s.process(s.process(ranks[0])["ppid"])
+        self.assertEqual(launcher["role"], "launcher", s.summary["processes"])
         a = self.assertOnlySlowCall(s, "gloo_allreduce.py:late_data_step")
         self.assertEqual(a["pid"], ranks[1])
 

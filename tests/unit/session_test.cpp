@@ -139,3 +139,50 @@ TEST(Summary, IsWrittenWhateverBytesTheTargetsNamesHold) {
 
 }  // namespace
 }  // namespace eacgm
+
+namespace eacgm {
+namespace {
+
+// The roles of a job's processes, from what the recorder saw of each.
+TEST(ProcessRole, MainWorkersLaunchersAndRanks) {
+  Session s;
+  auto add = [&s](uint32_t pid, uint32_t ppid, std::vector<std::string> cmdline) -> ProcessInfo& {
+    ProcessInfo& p = s.process(pid);
+    p.ppid = ppid;
+    p.comm = "python3.11";
+    p.cmdline = std::move(cmdline);
+    return p;
+  };
+  // A training script (exec'd by record) and two DataLoader workers it forked.
+  add(10, 1, {"python3.11", "train.py"}).execed = true;
+  for (uint32_t w : {11u, 12u}) add(w, 10, {"python3.11", "train.py"}).forked = true;
+  // A launcher that exec'd two ranks, one of which forked a DataLoader worker of its own.
+  add(20, 1, {"python3.11", "-m", "torch.distributed.run", "train.py"}).execed = true;
+  for (int r : {0, 1}) {
+    ProcessInfo& rank = add(21 + static_cast<uint32_t>(r), 20, {"python3.11", "train.py"});
+    rank.forked = rank.execed = true;
+    rank.rank = r;
+  }
+  ProcessInfo& rank_worker = add(30, 21, {"python3.11", "train.py"});
+  rank_worker.forked = true;
+  rank_worker.rank = 0;  // inherited
+  // Attached to a running job: workers known by their parent's command line.
+  add(40, 1, {"python3.11", "serve.py"});
+  add(41, 40, {"python3.11", "serve.py"});
+  add(42, 40, {"python3.11", "other.py"});
+
+  auto role = [&s](uint32_t pid) { return std::string(process_role(s, *s.find_process(pid))); };
+  EXPECT_EQ(role(10), "main");
+  EXPECT_EQ(role(11), "worker");
+  EXPECT_EQ(role(12), "worker");
+  EXPECT_EQ(role(20), "launcher");
+  EXPECT_EQ(role(21), "rank");
+  EXPECT_EQ(role(22), "rank");
+  EXPECT_EQ(role(30), "worker");
+  EXPECT_EQ(role(40), "main");
+  EXPECT_EQ(role(41), "worker");
+  EXPECT_EQ(role(42), "main");
+}
+
+}  // namespace
+}  // namespace eacgm

@@ -260,12 +260,12 @@ TEST(SqliteWriter, WritesCallsSessionAndMeta) {
           {int_value(100), int_value(1), text_value("python"),
            text_value(R"(["python","train.py","--lr=0.1"])"), int_value(1), int_value(1000),
            int_value(90000), null_value(), int_value(9), int_value(0),
-           text_value("killed by SIGKILL (OOM killer)")},
+           text_value("killed by SIGKILL (OOM killer)"), text_value("rank")},
           {int_value(200), null_value(), text_value("torchrun"), text_value(R"(["torchrun"])"),
            null_value(), null_value(), null_value(), null_value(), null_value(), null_value(),
-           null_value()},
+           null_value(), text_value("main")},
           {int_value(300), null_value(), null_value(), null_value(), null_value(), null_value(),
-           null_value(), null_value(), null_value(), null_value(), null_value()},
+           null_value(), null_value(), null_value(), null_value(), null_value(), null_value()},
       }));
   EXPECT_EQ(db.query("SELECT pid, tid, name FROM threads ORDER BY pid, tid"),
             (std::vector<std::vector<Value>>{

@@ -88,7 +88,9 @@ Verdicts analyze(const std::vector<CallSample>& calls, const DetectorModel* mode
                  AnalyzerOptions options = {}) {
   WindowAnalyzer a(options, model);
   a.set_session_start(50 * kS);
-  a.set_lookup([](uint32_t pid) { return EntityInfo{static_cast<int>(pid % 10), "train"}; });
+  a.set_lookup([](uint32_t pid) {
+    return EntityInfo{static_cast<int>(pid % 10), "train", "main"};
+  });
   Verdicts r;
   uint64_t clock = 0;
   for (const CallSample& c : calls) {
@@ -276,6 +278,19 @@ TEST(WindowAnalyzer, ModelFromHealthyRunsNeedsNoWarmup) {
   // A worker the model does not know (and no "*" entry) is not judged.
   const Verdicts other = analyze(loop(7, 20, 24, slower(5, "cudaStreamSynchronize", 20)), &m);
   EXPECT_TRUE(other.anomalies.empty()) << describe(other);
+}
+
+}  // namespace
+}  // namespace eacgm
+
+namespace eacgm {
+namespace {
+
+TEST(EntityKey, AWorkersBaselineIsNeverItsParents) {
+  EXPECT_EQ(entity_key({0, "python3.11", "rank"}), "rank:0");
+  EXPECT_EQ(entity_key({0, "python3.11", "worker"}), "worker:rank:0");
+  EXPECT_EQ(entity_key({std::nullopt, "python3.11", "main"}), "comm:python3.11");
+  EXPECT_EQ(entity_key({std::nullopt, "python3.11", "worker"}), "worker:comm:python3.11");
 }
 
 }  // namespace
