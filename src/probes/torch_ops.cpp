@@ -7,6 +7,8 @@
 #include <set>
 
 #include "probes/elf_symbols.h"
+#include "probes/library_identity.h"
+#include "probes/symbol_cache.h"
 
 namespace eacgm {
 namespace {
@@ -195,11 +197,12 @@ const ProbeSpec* TorchOpTable::row(uint32_t func_id) const {
   return func_id < rows_.size() ? &rows_[func_id] : nullptr;
 }
 
-Result<TorchLibraryOps> torch_library_ops(const std::string& path, const TorchOpFilter& filter,
-                                          TorchOpTable& table) {
+namespace {
+
+// Every operator entry point of `path` with its operator name, in symbol order.
+Result<CachedSymbols> read_named_entry_points(const std::string& path) {
   auto symbols = read_function_symbols(path);
   if (!symbols) return symbols.error();
-  TorchLibraryOps out;
   struct EntryPoint {
     std::string_view op_struct;
     uint64_t offset;
@@ -209,25 +212,46 @@ Result<TorchLibraryOps> torch_library_ops(const std::string& path, const TorchOp
     if (sym.ifunc) continue;
     if (auto op = aten_op_struct(sym.name)) entries.push_back({*op, sym.file_offset});
   }
-  out.exported = entries.size();
+  CachedSymbols out;
   if (entries.empty()) return out;
-
   AtenOpNamer namer;
   auto rodata = read_section(path, ".rodata");
   if (rodata) namer.learn_strings(*rodata);  // without it, names fall back to the split rule
+  for (const EntryPoint& e : entries) out.emplace_back(e.offset, namer.name(e.op_struct));
+  return out;
+}
 
+}  // namespace
+
+Result<TorchLibraryOps> torch_library_ops(const std::string& path, const TorchOpFilter& filter,
+                                          TorchOpTable& table) {
+  // Read once per build of the library (probes/symbol_cache.h); every filter applies to it.
+  // The kind's number changes whenever the naming rules above do, so no cache of older rules
+  // is read.
+  constexpr std::string_view kKind = "torch-ops.1";
+  CachedSymbols named;
+  const std::optional<std::string> build_id = read_build_id(path);
+  if (auto cached = build_id ? load_cached_symbols(kKind, *build_id) : std::nullopt) {
+    named = std::move(*cached);
+  } else {
+    auto read = read_named_entry_points(path);
+    if (!read) return read.error();
+    named = std::move(*read);
+    if (build_id) store_cached_symbols(kKind, *build_id, named);
+  }
+  TorchLibraryOps out;
+  out.exported = named.size();
   std::set<uint64_t> seen;  // one probe per address: identical-code folding may merge two ops
-  for (const EntryPoint& e : entries) {
-    const std::string name = namer.name(e.op_struct);
+  for (const auto& [offset, name] : named) {
     if (!filter.selects(name)) continue;
     ++out.selected;
-    if (!seen.insert(e.offset).second) continue;
+    if (!seen.insert(offset).second) continue;
     const std::optional<uint32_t> row = table.intern(name);
     if (!row) {
       ++out.over_limit;
       continue;
     }
-    out.offsets.push_back(e.offset);
+    out.offsets.push_back(offset);
     out.cookies.push_back(*row);
   }
   return out;
