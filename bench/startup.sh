@@ -5,7 +5,8 @@
 #   sudo bench/startup.sh [-n ROUNDS] [-b BUILD]
 #
 # `record -- /bin/true` is all start-up (loading the BPF programs, probing the libraries on the
-# search path) and teardown (releasing the links); `attach -d 1` less 1 s is the same for attach.
+# search path) and teardown (releasing the links); `attach -d 1` less 1 s is the same for attach;
+# with Debian's python3-torch, also what recording adds to `python3.11 -c "import torch"`.
 set -euo pipefail
 rounds=10 build=build
 while getopts "n:b:" opt; do
@@ -42,3 +43,14 @@ for _ in $(seq "$rounds"); do
   "$eacgm" attach -q -p "$job" -d 1 -o "$out/a" >/dev/null 2>&1
   awk -v a="$t0" -v b="$(seconds)" 'BEGIN { print b - a }'
 done | stats | sed 's/^/attach -d 1 (python):  /'
+
+# What `record` adds to a PyTorch job's start: `import torch` untraced and recorded, interleaved.
+if /usr/bin/python3.11 -c 'import torch' 2>/dev/null; then
+  for _ in $(seq "$rounds"); do
+    t0=$(seconds)
+    /usr/bin/python3.11 -c 'import torch'
+    t1=$(seconds)
+    "$eacgm" record -q -o "$out/t" -- /usr/bin/python3.11 -c 'import torch' >/dev/null 2>&1
+    awk -v a="$t0" -v b="$t1" -v c="$(seconds)" 'BEGIN { print (c - b) - (b - a) }'
+  done | stats | sed 's/^/import torch, added:  /'
+fi
