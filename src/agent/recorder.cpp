@@ -513,6 +513,7 @@ void Recorder::tick(uint64_t now_ns, bool final) {
   for (Anomaly& a : final ? analysis_.finish(now_ns) : analysis_.advance(now_ns)) {
     report(std::move(a));
   }
+  if (final) session_.window_workers = analysis_.report();
   if (layers_.contains(Layer::kOs)) {
     os_.set_session_start(session_.start_ns);
     for (Anomaly& a : os_.take_anomalies()) report(std::move(a));

@@ -376,6 +376,17 @@ nlohmann::json WindowAnalyzer::report() const {
     }
     out.push_back(std::move(j));
   }
+  // Processes whose calls never filled a window past their setup second.
+  for (uint32_t pid : seen_) {
+    if (entities_.contains(pid)) continue;
+    const EntityInfo info = lookup_ ? lookup_(pid) : EntityInfo{};
+    out.push_back({{"pid", pid},
+                   {"rank", info.rank ? nlohmann::json(*info.rank) : nlohmann::json(nullptr)},
+                   {"key", entity_key(info)},
+                   {"windows", 0},
+                   {"scored_windows", 0},
+                   {"baseline", "none (its calls ended within its setup second)"}});
+  }
   return out;
 }
 

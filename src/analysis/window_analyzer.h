@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -61,12 +62,20 @@ class WindowAnalyzer {
 
   void set_lookup(Lookup lookup) { lookup_ = std::move(lookup); }
   void set_session_start(uint64_t start_ns) { session_start_ns_ = start_ns; }
-  void on_call(const CallSample& call) { windows_.add(call); }
+  void on_call(const CallSample& call) {
+    if (call.pid != last_pid_) {  // calls come in runs of one process: one lookup a run
+      seen_.insert(call.pid);
+      last_pid_ = call.pid;
+    }
+    windows_.add(call);
+  }
   void end_process(uint32_t pid, uint64_t end_ns) { windows_.end_process(pid, end_ns); }
   // Drops everything kept about a process (a long-running agent must not keep the dead).
   void forget(uint32_t pid) {
     windows_.forget(pid);
     entities_.erase(pid);
+    seen_.erase(pid);
+    last_pid_ = 0;
   }
   // Anomalies clear from the windows complete by `now_ns`.
   std::vector<Anomaly> advance(uint64_t now_ns);
@@ -109,6 +118,8 @@ class WindowAnalyzer {
   Lookup lookup_;
   uint64_t session_start_ns_ = 0;
   std::map<uint32_t, Entity> entities_;
+  std::set<uint32_t> seen_;  // every process with a call, windowed or not
+  uint32_t last_pid_ = 0;
 };
 
 }  // namespace eacgm

@@ -172,6 +172,9 @@ class Session {
   bool interrupted = false;      // stopped by Ctrl-C or SIGTERM
   std::vector<OutputLoss> lost;  // outputs that could not be written in full
   TracingOverhead overhead;      // what tracing cost (record and attach fill it at the end)
+  // The window detectors' workers (WindowAnalyzer::report()): which processes were judged, and
+  // which ended before their warm-up gave them a baseline.
+  nlohmann::json window_workers = nlohmann::json::array();
   // Every call's duration is kept for exact percentiles; `eacgm serve` runs
   // for days and keeps its own fixed-bucket histograms instead.
   bool keep_durations = true;

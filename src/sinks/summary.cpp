@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -118,6 +119,7 @@ nlohmann::json summary_json(const Session& s) {
   out["lost"] = std::move(lost);
   out["clock"] = {{"domain", "CLOCK_MONOTONIC"}, {"realtime_offset_ns", s.realtime_offset_ns}};
   out["overhead"] = s.overhead.to_json(s.duration_s());
+  out["window_workers"] = s.window_workers;
   if (!s.attached_pids.empty()) out["attached_pids"] = s.attached_pids;
 
   json processes = json::array();
@@ -337,6 +339,25 @@ std::string text_report(const Session& s) {
     line(fmt::format("  WARNING: {} is incomplete: {}", l.output, describe_loss(l)));
   }
   line("  " + s.overhead.report_line(s.duration_s()));
+  // Silence about a process the window detectors never judged would read as "healthy".
+  std::vector<std::string> unjudged;
+  for (const nlohmann::json& w : s.window_workers) {
+    if (!w.is_object() || w.value("scored_windows", size_t{1}) > 0) continue;
+    const size_t windows = w.value("windows", size_t{0});
+    unjudged.push_back(fmt::format(
+        "pid {}{} ({})", w.value("pid", 0u),
+        w.contains("rank") && w["rank"].is_number() ? fmt::format(" rank {}", w["rank"].get<int>())
+                                                    : "",
+        windows == 0 ? "calls within its first second" : fmt::format("{} windows", windows)));
+  }
+  if (!unjudged.empty()) {
+    const size_t shown = std::min<size_t>(unjudged.size(), 5);
+    line(fmt::format(
+        "  not judged by the window detectors (too short for a warm-up baseline): {}{}; `eacgm "
+        "analyze DIR --model M` judges every second after a process's first against healthy runs",
+        fmt::join(unjudged.begin(), unjudged.begin() + static_cast<long>(shown), ", "),
+        unjudged.size() > shown ? fmt::format(" and {} more", unjudged.size() - shown) : ""));
+  }
   for (const auto& [layer, state] : s.layers) {
     if (state.status != LayerStatus::kActive) {
       line(fmt::format("\n[{}] {}{}", layer_name(layer), layer_status_name(state.status),

@@ -295,3 +295,30 @@ TEST(EntityKey, AWorkersBaselineIsNeverItsParents) {
 
 }  // namespace
 }  // namespace eacgm
+
+namespace eacgm {
+namespace {
+
+// A process too short for a baseline is listed as not judged, never left out.
+TEST(WindowAnalyzer, ReportListsProcessesTooShortToJudge) {
+  WindowAnalyzer a;
+  a.set_session_start(50 * kS);
+  std::vector<CallSample> calls = loop(3, 30, 1);         // long enough for a baseline
+  const std::vector<CallSample> brief = loop(7, 0.5, 2);  // ends within its first second
+  calls.insert(calls.end(), brief.begin(), brief.end());
+  std::sort(calls.begin(), calls.end(),
+            [](const CallSample& l, const CallSample& r) { return l.end_ns() < r.end_ns(); });
+  a.end_process(7, brief.back().end_ns() + kMs);  // it exited then
+  for (const CallSample& c : calls) a.on_call(c);
+  (void)a.finish(calls.back().end_ns() + kS);
+  const nlohmann::json report = a.report();
+  std::map<uint32_t, nlohmann::json> by_pid;
+  for (const nlohmann::json& w : report) by_pid[w["pid"].get<uint32_t>()] = w;
+  ASSERT_EQ(by_pid.size(), 2u) << report.dump();
+  EXPECT_GT(by_pid[3]["scored_windows"].get<size_t>(), 0u);
+  EXPECT_EQ(by_pid[7]["scored_windows"], 0);
+  EXPECT_EQ(by_pid[7]["windows"], 0);
+}
+
+}  // namespace
+}  // namespace eacgm
