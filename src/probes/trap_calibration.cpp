@@ -4,11 +4,11 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -42,12 +42,6 @@ namespace {
 constexpr const char* kCacheDir = "/run/eacgm";
 constexpr const char* kCachePath = "/run/eacgm/trap-cost";
 
-uint64_t now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 std::string boot_id() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::string id;
@@ -59,11 +53,11 @@ std::string boot_id() {
 double time_calls(int calls) {
   int (*volatile target)(int) = eacgm_trap_calibration_target;
   int acc = 0;
-  const uint64_t start = now_ns();
+  const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < calls; ++i) acc = target(acc);
-  const uint64_t end = now_ns();
+  const std::chrono::duration<double, std::nano> took = std::chrono::steady_clock::now() - start;
   asm volatile("" : : "r"(acc));
-  return static_cast<double>(end - start) / calls;
+  return took.count() / calls;
 }
 
 // The median of `rounds` timings of `calls` calls each.

@@ -184,19 +184,7 @@ void ServeMetrics::render_overhead(Exposition& out, Family& family) const {
   }
   if (!overhead_) return;
   const TracingOverhead& o = *overhead_;
-  // Per layer: the job's hits and program time, and what one hit costs on average.
-  struct LayerCost {
-    uint64_t hits = 0, bpf_ns = 0;
-    bool traps = false;
-  };
-  std::map<std::string, LayerCost> by_layer;
-  for (const TracingOverhead::Programs& p : o.programs) {
-    if (p.in_agent) continue;
-    LayerCost& c = by_layer[p.group];
-    c.hits += p.hits;
-    c.bpf_ns += p.bpf_ns;
-    c.traps |= p.traps;
-  }
+  const std::map<std::string, TracingOverhead::LayerCost> by_layer = o.job_layers();
   if (!o.programs_problem) {
     for (const auto& [layer, c] : by_layer) {
       out.sample("eacgm_probe_hits_total", {{"layer", layer}}, static_cast<double>(c.hits));
@@ -212,11 +200,8 @@ void ServeMetrics::render_overhead(Exposition& out, Family& family) const {
       double ns = 0;
       for (const auto& [layer, n] : calls) {
         auto c = by_layer.find(std::string(layer_name(layer)));
-        if (c == by_layer.end() || c->second.hits == 0) continue;
-        // An entry and a return per call.
-        const double per_hit = static_cast<double>(c->second.bpf_ns) / c->second.hits +
-                               (c->second.traps ? *o.trap_ns_per_hit : 0);
-        ns += 2.0 * static_cast<double>(n) * per_hit;
+        if (c == by_layer.end()) continue;
+        ns += 2.0 * static_cast<double>(n) * o.ns_per_hit(c->second);  // an entry and a return
       }
       out.sample("eacgm_process_estimated_added_seconds_total", process_labels(pid), ns / 1e9);
     }

@@ -23,19 +23,34 @@ std::optional<double> TracingOverhead::estimated_slowdown_pct(double duration_s)
   return 100.0 * *added / (duration_s - *added);
 }
 
+std::map<std::string, TracingOverhead::LayerCost> TracingOverhead::job_layers() const {
+  std::map<std::string, LayerCost> out;
+  for (const Programs& p : programs) {
+    if (p.in_agent) continue;
+    LayerCost& c = out[p.group];
+    c.hits += p.hits;
+    c.bpf_ns += p.bpf_ns;
+    c.traps |= p.traps;
+  }
+  return out;
+}
+
+double TracingOverhead::ns_per_hit(const LayerCost& layer) const {
+  if (layer.hits == 0) return 0;
+  return static_cast<double>(layer.bpf_ns) / static_cast<double>(layer.hits) +
+         (layer.traps ? trap_ns_per_hit.value_or(0) : 0);
+}
+
 nlohmann::json TracingOverhead::to_json(double duration_s) const {
   using nlohmann::json;
   std::map<std::string, uint64_t> hits, bpf_ns;
   uint64_t job_bpf_ns = 0, agent_bpf_ns = 0;
-  for (const Programs& p : programs) {
-    if (p.in_agent) {
-      agent_bpf_ns += p.bpf_ns;
-      continue;
-    }
-    hits[p.group] += p.hits;
-    bpf_ns[p.group] += p.bpf_ns;
-    job_bpf_ns += p.bpf_ns;
+  for (const auto& [layer, c] : job_layers()) {
+    hits[layer] = c.hits;
+    bpf_ns[layer] = c.bpf_ns;
+    job_bpf_ns += c.bpf_ns;
   }
+  for (const Programs& p : programs) agent_bpf_ns += p.in_agent ? p.bpf_ns : 0;
   auto maybe = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
   json out = {
       {"probe_hits", programs_problem ? json(nullptr) : json(hits)},
@@ -57,7 +72,7 @@ std::string TracingOverhead::report_line(double duration_s) const {
   std::string cost;
   if (const std::optional<double> added = estimated_added_s()) {
     uint64_t hits = 0;
-    for (const Programs& p : programs) hits += p.in_agent ? 0 : p.hits;
+    for (const auto& [layer, c] : job_layers()) hits += c.hits;
     const std::optional<double> pct = estimated_slowdown_pct(duration_s);
     cost = fmt::format("~{:.1f} ms added to the job{} ({} probe hits, {:.0f} ns trap each)",
                        *added * 1e3, pct ? fmt::format(" ({:.2f} %)", *pct) : "", hits,

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -28,6 +29,16 @@ struct TracingOverhead {
   std::string trap_source;  // "measured", "cached for this boot", or why unknown
   double agent_cpu_s = 0;
   uint64_t agent_peak_rss_bytes = 0;
+
+  // The job's programs by layer (group), the python sampler's left out.
+  struct LayerCost {
+    uint64_t hits = 0, bpf_ns = 0;
+    bool traps = false;  // some of them are uprobes
+  };
+  std::map<std::string, LayerCost> job_layers() const;
+  // What one hit of `layer` cost the job on average: its program time, and the trap when its
+  // programs are uprobes. Needs trap_ns_per_hit.
+  double ns_per_hit(const LayerCost& layer) const;
 
   // The time the job lost to tracing, summed over its threads: nullopt without program figures
   // or a trap cost.
