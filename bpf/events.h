@@ -245,7 +245,7 @@ struct eacgm_py_sample {
   __u32 nframes;           /* filled entries of frames */
   __u32 truncated;         /* the stack was deeper than EACGM_PY_MAX_FRAMES */
   __u32 on_cpu;            /* the thread was running (not sleeping or waiting) */
-  __u32 pad;
+  __u32 stopped;           /* the thread was stopped (SIGSTOP, a tracer, eacgm's loader stop) */
   __u64 voluntary_switches; /* task->nvcsw: it changes each time the thread goes to wait */
   struct eacgm_py_frame frames[EACGM_PY_MAX_FRAMES]; /* innermost first */
 };

@@ -125,7 +125,8 @@ int py_sample(struct bpf_iter__task* ctx) {
   e->hdr.layer = EACGM_LAYER_PYTHON;
   e->hdr.ts_ns = bpf_ktime_get_ns();
   e->on_cpu = task->__state == 0; /* TASK_RUNNING */
-  e->pad = 0;
+  /* __TASK_STOPPED | __TASK_TRACED */
+  e->stopped = (task->__state & (0x4 | 0x8)) != 0;
   e->voluntary_switches = task->nvcsw;
   e->truncated = 0;
   e->nframes = 0;

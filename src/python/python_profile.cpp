@@ -182,7 +182,10 @@ void PythonProfile::on_fork(uint32_t parent, uint32_t child) {
   for (auto& [key, code] : inherited) codes_.insert_or_assign(key, std::move(code));
 }
 
-void PythonProfile::forget(uint32_t pid) { interpreters_.erase(pid); }
+void PythonProfile::forget(uint32_t pid) {
+  interpreters_.erase(pid);
+  rounds_.erase(pid);
+}
 
 void PythonProfile::on_code(const PyCodeEvent& event) {
   const CodeKey key{event.pid, event.code};
@@ -274,13 +277,20 @@ std::vector<PythonStackChange> PythonProfile::on_sample(const PySampleEvent& eve
   ++samples_;
   Thread& t = threads_[{event.pid, event.tid}];
   const uint64_t period = period_ns();
-  // A sample stands for the time since the thread's previous one, but never more than two
-  // periods: a thread that left Python (or was not sampled) in between is not charged.
+  // The sampler visits every thread of a process at once, a round per period, and a busy
+  // machine delays rounds. A thread left Python only if rounds went by without it: two in a
+  // row, since one read of a thread's frames can fail while it stays in Python. A late round
+  // is no gap, and the time since the thread's previous sample is what it spent there.
+  SamplerRounds& rounds = rounds_[event.pid];
+  if (rounds.count == 0 || event.ts_ns > rounds.current_ns + period / 2) {
+    rounds.current_ns = event.ts_ns;
+    ++rounds.count;
+  }
+  const bool gap = t.last_ns != 0 && rounds.count > t.last_round + kRoundsMissedForAGap;
+  t.last_round = rounds.count;
   uint64_t weight = period;
-  if (t.last_ns != 0 && event.ts_ns > t.last_ns)
-    weight = std::min(event.ts_ns - t.last_ns, 2 * period);
-  const bool gap = t.last_ns != 0 && event.ts_ns > t.last_ns + 2 * period;
-  // The timeline: a thread not sampled for a while left Python in between.
+  if (t.last_ns != 0 && !gap && event.ts_ns > t.last_ns) weight = event.ts_ns - t.last_ns;
+  // The timeline: a thread missing from a round left Python in between.
   if (gap && !t.stack.empty()) {
     changes.push_back({event.pid, event.tid, t.last_ns + period, t.stack.size(), {}});
     t.stack.clear();
@@ -302,6 +312,15 @@ std::vector<PythonStackChange> PythonProfile::on_sample(const PySampleEvent& eve
     changes.push_back(std::move(change));
   }
   t.last_ns = event.ts_ns;
+  if (event.stopped) {
+    // Stopped from outside (job control, a debugger, eacgm's own stop at a library load): its
+    // code neither runs nor waits, so nothing is charged, and a call open before the stop is
+    // judged on what came before it.
+    if (t.call) close_call(event.pid, event.tid, *t.call);
+    t.call.reset();
+    t.switches = event.voluntary_switches;
+    return changes;
+  }
 
   const Code* innermost = code(event.pid, event.frames.front().code);
   const bool idle = innermost && innermost->idle_wait && !event.on_cpu;
@@ -463,10 +482,14 @@ std::vector<Anomaly> PythonProfile::take_anomalies(const Session& session, uint6
       t.call.reset();
     }
   } else {
-    // A call still open past the threshold is reported when it ends; one whose thread has
-    // not been sampled for two periods has ended.
+    // A call still open past the threshold is reported when it ends; one whose thread a whole
+    // later round of the sampler did not find has ended (the current round may still be on its
+    // way), and so has one of a process the sampler no longer visits (it exited).
     for (auto& [key, t] : threads_) {
-      if (t.call && now_ns > t.last_ns + 2 * period_ns()) {
+      auto rounds = rounds_.find(key.first);
+      const bool missed =
+          rounds != rounds_.end() && rounds->second.count > t.last_round + kRoundsMissedForAGap;
+      if (t.call && (missed || now_ns > t.last_ns + kSamplerSilenceNs)) {
         close_call(key.first, key.second, *t.call);
         t.call.reset();
       }

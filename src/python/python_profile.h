@@ -172,13 +172,26 @@ class PythonProfile {
   };
   struct Thread {
     uint64_t last_ns = 0;
-    uint64_t switches = 0;  // voluntary context switches at the last sample
+    uint64_t last_round = 0;  // SamplerRounds::count at its last sample
+    uint64_t switches = 0;    // voluntary context switches at the last sample
     std::optional<OpenCall> call;
     // Traced calls of 1 ms or more since the open call began, (start, end): how much of a long
     // innermost call was spent waiting in them.
     std::vector<std::pair<uint64_t, uint64_t>> traced;
     std::vector<uint64_t> stack;  // code objects as last sampled, outermost first
   };
+
+  // The sampler's visits of one process: rounds seen so far, and when the latest began (its
+  // first sample; the rest of a round follow within microseconds).
+  struct SamplerRounds {
+    uint64_t count = 0;
+    uint64_t current_ns = 0;
+  };
+  // A thread missing from this many whole rounds has left Python (the round under way when the
+  // agent looks may still be arriving, so a thread found in the round before it is there).
+  static constexpr uint64_t kRoundsMissedForAGap = 2;
+  // No round of a process for this long: it is gone (or no longer sampled), its calls ended.
+  static constexpr uint64_t kSamplerSilenceNs = 1'000'000'000;
 
   const Code* code(uint32_t pid, uint64_t code) const;
   void close_call(uint32_t pid, uint32_t tid, const OpenCall& call);
@@ -191,6 +204,7 @@ class PythonProfile {
       usdt_names_;  // (pid, file ptr, name ptr) -> (file, name)
   std::map<std::string, PythonFunctionStats> functions_;
   std::map<std::pair<uint32_t, uint32_t>, Thread> threads_;
+  std::map<uint32_t, SamplerRounds> rounds_;                 // by pid
   std::set<std::pair<uint32_t, uint32_t>> working_threads_;  // made traced calls
   // Seen waiting for work handed to them (a consumer on a queue): what they do with it is work.
   std::set<std::pair<uint32_t, uint32_t>> fed_threads_;

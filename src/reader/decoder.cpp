@@ -230,6 +230,7 @@ Result<Event> decode_py_sample(std::span<const std::byte> data) {
   e.tid = raw->hdr.tid;
   e.ts_ns = raw->hdr.ts_ns;
   e.on_cpu = raw->on_cpu != 0;
+  e.stopped = raw->stopped != 0;
   e.truncated = raw->truncated != 0;
   e.voluntary_switches = raw->voluntary_switches;
   const uint32_t n = std::min<uint32_t>(raw->nframes, EACGM_PY_MAX_FRAMES);

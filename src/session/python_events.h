@@ -19,9 +19,10 @@ struct PySampleEvent {
   uint32_t tid = 0;
   uint64_t ts_ns = 0;
   bool on_cpu = false;
-  bool truncated = false;          // deeper than the frames kept
+  bool stopped = false;             // stopped from outside: job control, a debugger, eacgm's stop
+  bool truncated = false;           // deeper than the frames kept
   uint64_t voluntary_switches = 0;  // the thread's count of waits begun (task nvcsw)
-  std::vector<PyFrameRef> frames;  // innermost first
+  std::vector<PyFrameRef> frames;   // innermost first
 };
 
 // A code object described the first time a process showed it.

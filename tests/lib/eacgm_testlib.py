@@ -108,6 +108,12 @@ class EacgmTest(unittest.TestCase):
         os.chmod(self.tmp, 0o755)
 
     def tearDown(self):
+        # EACGM_KEEP_FAILED=1 keeps a failed test's sessions for a look (the path is printed).
+        result = self._outcome.result
+        failed = any(test is self for test, _ in result.failures + result.errors)
+        if failed and os.environ.get("EACGM_KEEP_FAILED"):
+            print(f"\nkept {self.tmp}", file=sys.stderr)
+            return
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def out(self, name="session"):

@@ -63,12 +63,77 @@ TEST(PythonProfile, SamplesGiveInclusiveAndSelfTimePerFunction) {
   EXPECT_EQ(f.at("train.py:Trainer.step").file, "/job/train.py");
 }
 
-TEST(PythonProfile, ATimeGapIsNotChargedBeyondTwoPeriods) {
+TEST(PythonProfile, AThreadMissingFromARoundIsChargedOnePeriodForItsNextSample) {
   PythonProfile p = make_profile();
+  const uint32_t other = kPid + 1;
   p.on_sample(sample(1'000'000'000, {kTrain, kMain}));
-  // The thread left Python for a second: the next sample stands for two periods, not 1 s.
+  // Rounds went by that found the other thread in Python but not this one: it left Python.
+  for (uint64_t t = 1'010'000'000; t < 2'000'000'000; t += kPeriod) {
+    p.on_sample(sample(t, {kStep, kMain}, other));
+  }
   p.on_sample(sample(2'000'000'000, {kTrain, kMain}));
-  EXPECT_EQ(p.functions().at("train.py:Trainer.train").total_ns, 3 * kPeriod);
+  EXPECT_EQ(p.functions().at("train.py:Trainer.train").total_ns, 2 * kPeriod);
+}
+
+TEST(PythonProfile, ALateRoundChargesTheTimeSinceThePreviousSample) {
+  PythonProfile p = make_profile();
+  // A busy machine held the sampler back for 60 ms: no round missed the thread, which was in
+  // the same call all along.
+  p.on_sample(sample(1'000'000'000, {kTrain, kMain}));
+  p.on_sample(sample(1'060'000'000, {kTrain, kMain}));
+  EXPECT_EQ(p.functions().at("train.py:Trainer.train").total_ns, kPeriod + 60'000'000);
+}
+
+TEST(PythonProfile, AStallIsOneCallThoughTheSamplerFellBehindDuringIt) {
+  PythonProfile p = make_profile();
+  Session s = session_with(kPid);
+  uint64_t t = 1'000'000'000;
+  for (int i = 0; i < 10; ++i, t += kPeriod) p.on_sample(sample(t, {kStall, kTrain, kMain}));
+  // 80 ms without a round; the agent's loop looks in meanwhile.
+  const uint64_t late = t + 70'000'000;
+  EXPECT_TRUE(p.take_anomalies(s, t + 40'000'000, false).empty());
+  for (t = late; t < 1'300'000'000; t += kPeriod) p.on_sample(sample(t, {kStall, kTrain, kMain}));
+  p.on_sample(sample(t, {kStep, kTrain, kMain}));
+  std::vector<Anomaly> found = p.take_anomalies(s, t, false);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_DOUBLE_EQ(found[0].evidence["duration_ms"].get<double>(), 300.0);
+}
+
+TEST(PythonProfile, OneRoundWithoutTheThreadDoesNotEndItsCall) {
+  PythonProfile p = make_profile();
+  Session s = session_with(kPid);
+  const uint32_t other = kPid + 1;
+  uint64_t t = 1'000'000'000;
+  for (int i = 0; i < 30; ++i, t += kPeriod) {
+    // One read of the stalled thread's frames failed mid-way; the other thread was found.
+    if (i != 12) p.on_sample(sample(t, {kStall, kTrain, kMain}));
+    p.on_sample(sample(t + 1000, {kStep, kMain}, other));
+    if (i == 13) {
+      EXPECT_TRUE(p.take_anomalies(s, t + 2000, false).empty());
+    }
+  }
+  p.on_sample(sample(t, {kStep, kTrain, kMain}));
+  std::vector<Anomaly> found = p.take_anomalies(s, t, false);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_DOUBLE_EQ(found[0].evidence["duration_ms"].get<double>(), 300.0);
+}
+
+TEST(PythonProfile, AThreadStoppedFromOutsideIsNotStalledNorCharged) {
+  PythonProfile p = make_profile();
+  Session s = session_with(kPid);
+  uint64_t t = 1'000'000'000;
+  for (int i = 0; i < 3; ++i, t += kPeriod) p.on_sample(sample(t, {kStall, kTrain, kMain}));
+  // 200 ms stopped (eacgm probing a library the job just loaded, or job control), then on.
+  for (int i = 0; i < 20; ++i, t += kPeriod) {
+    PySampleEvent e = sample(t, {kStall, kTrain, kMain}, kPid, false, 1);
+    e.stopped = true;
+    p.on_sample(e);
+  }
+  for (int i = 0; i < 3; ++i, t += kPeriod)
+    p.on_sample(sample(t, {kStall, kTrain, kMain}, kPid, false, 2));
+  p.on_sample(sample(t, {kStep, kTrain, kMain}, kPid, false, 2));
+  EXPECT_TRUE(p.take_anomalies(s, t, true).empty());
+  EXPECT_EQ(p.functions().at("train.py:Trainer.load_batch").total_ns, 6 * kPeriod);
 }
 
 TEST(PythonProfile, RecursionCountsAFunctionOncePerSample) {
