@@ -8,8 +8,10 @@
 /* Set by user space between open and load. */
 const volatile __u8 stop_on_dlopen = 1;
 
+/* `wakeup`: 0 wakes the reader when it has caught up, BPF_RB_FORCE_WAKEUP always (for a
+ * target that waits for the reader). */
 static __always_inline void emit_proc(__u32 kind, __u32 tgid, __u32 tid, __u32 ppid,
-                                      __s32 exit_code) {
+                                      __s32 exit_code, __u64 wakeup) {
   struct eacgm_proc* e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
   if (!e) {
     eacgm_count_drop();
@@ -23,7 +25,7 @@ static __always_inline void emit_proc(__u32 kind, __u32 tgid, __u32 tid, __u32 p
   e->ppid = ppid;
   e->exit_code = exit_code;
   bpf_get_current_comm(e->comm, sizeof(e->comm));
-  bpf_ringbuf_submit(e, 0);
+  bpf_ringbuf_submit(e, wakeup);
 }
 
 /* Children of targets are targets: a launcher's ranks, a data loader's workers. */
@@ -36,7 +38,7 @@ int BPF_PROG(on_fork, struct task_struct* parent, struct task_struct* child) {
   if (!eacgm_is_target(ptgid)) return 0;
   __u8 one = 1;
   bpf_map_update_elem(&targets, &ctgid, &one, BPF_ANY);
-  emit_proc(EACGM_EV_PROC_FORK, ctgid, cpid, ptgid, 0);
+  emit_proc(EACGM_EV_PROC_FORK, ctgid, cpid, ptgid, 0, 0);
   return 0;
 }
 
@@ -44,7 +46,7 @@ SEC("tp_btf/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct* p) {
   __u32 tgid = BPF_CORE_READ(p, tgid);
   if (!eacgm_is_target(tgid)) return 0;
-  emit_proc(EACGM_EV_PROC_EXEC, tgid, BPF_CORE_READ(p, pid), 0, 0);
+  emit_proc(EACGM_EV_PROC_EXEC, tgid, BPF_CORE_READ(p, pid), 0, 0, 0);
   return 0;
 }
 
@@ -56,7 +58,7 @@ int BPF_PROG(on_exit, struct task_struct* p) {
   /* The last thread out reports the process's exit; the group's exit code
    * is in every thread's exit_code by then. */
   if (BPF_CORE_READ(p, signal, live.counter) != 0) return 0;
-  emit_proc(EACGM_EV_PROC_EXIT, tgid, tid, 0, BPF_CORE_READ(p, exit_code));
+  emit_proc(EACGM_EV_PROC_EXIT, tgid, tid, 0, BPF_CORE_READ(p, exit_code), 0);
   bpf_map_delete_elem(&targets, &tgid);
   return 0;
 }
@@ -71,6 +73,8 @@ int BPF_KPROBE(on_dl_debug_state) {
   __u64 id = bpf_get_current_pid_tgid();
   if (!stop_on_dlopen || !eacgm_is_target(id >> 32)) return 0;
   bpf_send_signal_thread(EACGM_SIGSTOP); /* this thread stops at once: see torch.bpf.c */
-  emit_proc(EACGM_EV_DL_STOP, id >> 32, (__u32)id, 0, 0);
+  /* The target waits: the reader is woken at once, not at its next poll (call events before
+   * this one never wake it, so the adaptive wake-up would not either). */
+  emit_proc(EACGM_EV_DL_STOP, id >> 32, (__u32)id, 0, 0, BPF_RB_FORCE_WAKEUP);
   return 0;
 }

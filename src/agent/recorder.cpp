@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "agent/unwind_stop.h"
+#include "common/clock.h"
 #include "common/json_text.h"
 #include "python/python_binary.h"
 #include "python/python_layouts.h"
@@ -443,7 +444,7 @@ void Recorder::on_process_event(const ProcEvent& event) {
     case ProcEvent::Kind::kUnwindStop:
       // The target is stopped as a thread begins to unwind through return probes: put the
       // return addresses back (agent/unwind_stop.h) before it goes on.
-      stopped_.insert(event.pid);
+      stopped_.try_emplace(event.pid, event.ts_ns);
       if (auto restored = restore_return_addresses(event.pid, event.return_slots); !restored) {
         warn(restored.error().message);
       }
@@ -453,18 +454,32 @@ void Recorder::on_process_event(const ProcEvent& event) {
     case ProcEvent::Kind::kLoaderStop:
       // The target is stopped right after ld.so mapped new objects: probe
       // them before their first instruction runs, then let it go.
-      stopped_.insert(event.pid);
+      stopped_.try_emplace(event.pid, event.ts_ns);
       attach_mapped_libraries(event.pid);
-      if (kill(static_cast<pid_t>(event.pid), SIGCONT) == 0 || errno == ESRCH) {
-        stopped_.erase(event.pid);
-      }
+      resume(event.pid);
       break;
   }
 }
 
+void Recorder::resume(uint32_t pid) {
+  auto it = stopped_.find(pid);
+  if (kill(static_cast<pid_t>(pid), SIGCONT) != 0 && errno != ESRCH) return;
+  if (it == stopped_.end()) return;
+  // From the stop the probe asked for to the SIGCONT: the job waited that long for eacgm.
+  const uint64_t now = monotonic_ns();
+  const uint64_t paused = now > it->second ? now - it->second : 0;
+  ++pauses_.count;
+  pauses_.total_ns += paused;
+  pauses_.longest_ns = std::max(pauses_.longest_ns, paused);
+  stopped_.erase(it);
+}
+
 void Recorder::resume_stopped_targets() {
-  for (uint32_t pid : stopped_) kill(static_cast<pid_t>(pid), SIGCONT);
-  stopped_.clear();
+  while (!stopped_.empty()) {
+    const uint32_t pid = stopped_.begin()->first;
+    resume(pid);
+    stopped_.erase(pid);  // not a target any more (EPERM): nothing to wait for
+  }
   unwinding_.clear();
 }
 
@@ -498,7 +513,7 @@ void Recorder::tick(uint64_t now_ns, bool final) {
   if (tracer_ && !unwinding_.empty()) {
     tracer_->drain();
     for (uint32_t pid : std::exchange(unwinding_, {})) {
-      if (kill(static_cast<pid_t>(pid), SIGCONT) == 0 || errno == ESRCH) stopped_.erase(pid);
+      resume(pid);
     }
   }
   // GPU readings and XIDs queued by the sampler's threads since the last tick.

@@ -18,6 +18,7 @@
 #include "probes/tracer.h"
 #include "python/python_profile.h"
 #include "reader/decoder.h"
+#include "session/overhead.h"
 #include "session/session.h"
 #include "session/torch_threads.h"
 #include "sinks/sink.h"
@@ -71,6 +72,8 @@ class Recorder {
   // Resumes every target that the loader probe stopped and we have not yet
   // resumed: nothing may stay stopped once we stop listening.
   void resume_stopped_targets();
+  // How long eacgm kept targets stopped (library loads, unwinding): its own cost to the job.
+  const TargetPauses& pauses() const { return pauses_; }
   // Processes still alive among those followed.
   size_t live_processes() const;
   // Releases everything kept about a process that has exited (its session
@@ -107,13 +110,17 @@ class Recorder {
   void report(Anomaly anomaly);
   void refresh_identity(uint32_t pid);
   void warn(std::string message);
+  // Sends SIGCONT to a stopped target and counts how long it waited.
+  void resume(uint32_t pid);
 
   Session& session_;
   std::set<Layer> layers_;
   Tracer* tracer_ = nullptr;
   GpuLayer* gpu_ = nullptr;
   std::vector<std::unique_ptr<Sink>> sinks_;
-  std::set<uint32_t> stopped_;  // targets stopped by the loader probe
+  // Targets stopped by the loader probe or the unwind guard: when each stop was asked for.
+  std::map<uint32_t, uint64_t> stopped_;
+  TargetPauses pauses_;
   // Targets stopped as a thread began to unwind, their return addresses put back: tick() resumes
   // them after one more drain.
   std::set<uint32_t> unwinding_;

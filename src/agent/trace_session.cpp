@@ -20,6 +20,7 @@
 #include "agent/privileges.h"
 #include "agent/recorder.h"
 #include "agent/session_dir.h"
+#include "common/clock.h"
 #include "gpu/gpu_layer.h"
 #include "probes/tracer.h"
 #include "sinks/async_sinks.h"
@@ -31,19 +32,6 @@ extern char** environ;
 
 namespace eacgm {
 namespace {
-
-uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-int64_t realtime_offset_ns() {
-  timespec mono{}, real{};
-  clock_gettime(CLOCK_MONOTONIC, &mono);
-  clock_gettime(CLOCK_REALTIME, &real);
-  return (int64_t{real.tv_sec} - mono.tv_sec) * 1000000000ll + (real.tv_nsec - mono.tv_nsec);
-}
 
 std::map<std::string, std::string> own_environment() {
   std::map<std::string, std::string> env;
@@ -195,6 +183,7 @@ class TraceRun {
     session_.events_dropped = tracer_->dropped();
     // After the job's end, not beside it: the trap cost may be measured now (once a boot).
     session_.overhead = overhead_.read(*tracer_);
+    session_.overhead.pauses = recorder_.pauses();
     if (options_.layers.contains(Layer::kTorch)) {
       session_.layers[Layer::kTorch].extra["calls_unwound"] = tracer_->calls_unwound();
     }

@@ -16,6 +16,7 @@
 #include "agent/recorder.h"
 #include "agent/trace_session.h"
 #include "cli/numeric_flags.h"
+#include "common/clock.h"
 #include "gpu/gpu_layer.h"
 #include "probes/tracer.h"
 #include "serve/discovery.h"
@@ -39,12 +40,6 @@ constexpr size_t kStragglerWindow = 4096;
 constexpr size_t kMaxOsSignals = 256;
 constexpr size_t kMaxOsOomKills = 64;
 constexpr size_t kMaxOsSlowIoctls = 64;
-
-uint64_t clock_ns(clockid_t clock) {
-  timespec ts{};
-  clock_gettime(clock, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 // The agent's state between scans: which processes it follows, who they are.
 class Agent {
@@ -126,7 +121,9 @@ class Agent {
       identities_.erase(pid);
     }
     metrics_.set_event_counts(session_.events_recorded, tracer_.dropped());
-    metrics_.set_overhead(overhead_.read(tracer_));
+    TracingOverhead overhead = overhead_.read(tracer_);
+    overhead.pauses = recorder_.pauses();
+    metrics_.set_overhead(std::move(overhead));
     for (Layer layer : options_.layers) {
       if (layer == Layer::kGpu) continue;  // set by the caller, which owns the gpu layer
       bool active = !tracer_.layer_problem(layer).has_value();
@@ -186,8 +183,7 @@ int run_serve(const ServeOptions& options) {
   session.keep_durations = false;  // fixed-bucket histograms in ServeMetrics instead
   session.version = EACGM_VERSION;
   session.start_ns = clock_ns(CLOCK_MONOTONIC);
-  session.realtime_offset_ns =
-      static_cast<int64_t>(clock_ns(CLOCK_REALTIME)) - static_cast<int64_t>(session.start_ns);
+  session.realtime_offset_ns = realtime_offset_ns();
   Recorder recorder(session, options.layers,
                     CollectiveTracker::Options{
                         .hang_timeout_ns = static_cast<uint64_t>(options.hang_timeout_s * 1e9),

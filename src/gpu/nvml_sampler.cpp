@@ -6,6 +6,8 @@
 #include <chrono>
 #include <map>
 
+#include "common/clock.h"
+
 namespace eacgm {
 namespace {
 
@@ -47,12 +49,6 @@ constexpr const char* kReadingNames[kReadingCount] = {
     "process_utilization",
     "events",
 };
-
-uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 // The answers that mean "this device will never have it": not supported, or
 // a library too old to have the function at all.

@@ -78,6 +78,10 @@ std::vector<MetricFamilyInfo> ServeMetrics::families() {
        "The same for one traced process, from its traced calls."},
       {"eacgm_agent_cpu_seconds_total", "counter", "CPU time eacgm itself used, all threads."},
       {"eacgm_agent_peak_resident_bytes", "gauge", "eacgm's own peak resident memory."},
+      {"eacgm_target_pauses_total", "counter",
+       "Times eacgm stopped a target: to probe a library it loaded, or as it unwound."},
+      {"eacgm_target_paused_seconds_total", "counter",
+       "Time targets spent stopped by eacgm, summed over stops."},
       {"eacgm_gpu_events_total", "counter", "XID and ECC events each GPU reported (NVML)."},
   };
   for (const GpuMetricInfo& info : gpu_metrics()) {
@@ -179,7 +183,8 @@ void ServeMetrics::render_overhead(Exposition& out, Family& family) const {
   for (const char* name :
        {"eacgm_probe_hits_total", "eacgm_probe_bpf_seconds_total", "eacgm_probe_trap_seconds",
         "eacgm_estimated_added_seconds_total", "eacgm_process_estimated_added_seconds_total",
-        "eacgm_agent_cpu_seconds_total", "eacgm_agent_peak_resident_bytes"}) {
+        "eacgm_agent_cpu_seconds_total", "eacgm_agent_peak_resident_bytes",
+        "eacgm_target_pauses_total", "eacgm_target_paused_seconds_total"}) {
     family(name);
   }
   if (!overhead_) return;
@@ -208,6 +213,8 @@ void ServeMetrics::render_overhead(Exposition& out, Family& family) const {
   }
   out.sample("eacgm_agent_cpu_seconds_total", {}, o.agent_cpu_s);
   out.sample("eacgm_agent_peak_resident_bytes", {}, static_cast<double>(o.agent_peak_rss_bytes));
+  out.sample("eacgm_target_pauses_total", {}, static_cast<double>(o.pauses.count));
+  out.sample("eacgm_target_paused_seconds_total", {}, static_cast<double>(o.pauses.total_ns) / 1e9);
 }
 
 void ServeMetrics::set_event_counts(uint64_t recorded, uint64_t dropped) {

@@ -63,6 +63,9 @@ nlohmann::json TracingOverhead::to_json(double duration_s) const {
       {"estimated_slowdown_pct", maybe(estimated_slowdown_pct(duration_s))},
       {"agent_cpu_s", agent_cpu_s},
       {"agent_peak_rss_bytes", agent_peak_rss_bytes},
+      {"target_pauses", pauses.count},
+      {"target_paused_s", static_cast<double>(pauses.total_ns) / 1e9},
+      {"target_longest_pause_ms", static_cast<double>(pauses.longest_ns) / 1e6},
   };
   if (programs_problem) out["problem"] = *programs_problem;
   return out;
@@ -81,7 +84,12 @@ std::string TracingOverhead::report_line(double duration_s) const {
     cost = fmt::format("cost to the job unknown ({})",
                        programs_problem ? *programs_problem : "trap cost " + trap_source);
   }
-  return fmt::format("overhead: {}; eacgm used {:.2f} s of CPU, {:.0f} MiB at most", cost,
+  const std::string paused =
+      pauses.count == 0
+          ? ""
+          : fmt::format("; stopped {} times while eacgm probed what it loaded, {:.1f} ms in all",
+                        pauses.count, static_cast<double>(pauses.total_ns) / 1e6);
+  return fmt::format("overhead: {}{}; eacgm used {:.2f} s of CPU, {:.0f} MiB at most", cost, paused,
                      agent_cpu_s, static_cast<double>(agent_peak_rss_bytes) / (1 << 20));
 }
 

@@ -15,6 +15,14 @@
 
 namespace eacgm {
 
+// Stops eacgm itself makes a target wait in: at each library load (its probes go in before the
+// library's first instruction) and as a thread unwinds across return probes.
+struct TargetPauses {
+  uint64_t count = 0;
+  uint64_t total_ns = 0;
+  uint64_t longest_ns = 0;
+};
+
 struct TracingOverhead {
   struct Programs {
     std::string group;  // "core", "python" or a layer's name
@@ -29,6 +37,7 @@ struct TracingOverhead {
   std::string trap_source;  // "measured", "cached for this boot", or why unknown
   double agent_cpu_s = 0;
   uint64_t agent_peak_rss_bytes = 0;
+  TargetPauses pauses;
 
   // The job's programs by layer (group), the python sampler's left out.
   struct LayerCost {

@@ -13,6 +13,7 @@
 #include <set>
 #include <string_view>
 
+#include "common/clock.h"
 #include "python/python_profile.h"
 #include "sinks/perfetto_gpu.h"
 #include "sinks/perfetto_proto.h"
@@ -37,12 +38,6 @@ namespace {
 
 constexpr size_t kEventsBufferBytes = 1 << 20;
 constexpr size_t kCopyChunkBytes = 1 << 20;
-
-uint64_t clock_ns(clockid_t clock) {
-  timespec ts{};
-  clock_gettime(clock, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 // Appends `packet` as one `Trace.packet` field (field 1, wire type 2): a
 // tag, a varint length, the bytes. A trace file is nothing but these.

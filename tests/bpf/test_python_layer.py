@@ -53,6 +53,25 @@ TIMED_JOB = textwrap.dedent("""\
     """)
 SLOW_LINE = 7  # time.sleep(0.3)
 
+# Stopped from outside for 400 ms (job control; eacgm's own stops at library loads look alike).
+STOPPED_JOB = textwrap.dedent("""\
+    import ctypes, os, signal, subprocess, time
+
+    def step():
+        time.sleep(0.005)
+
+    def pause():
+        subprocess.Popen(["/bin/sh", "-c", f"sleep 0.4; kill -CONT {os.getpid()}"])
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    for _ in range(40):
+        step()
+    pause()
+    for _ in range(40):
+        step()
+    print("done")
+    """)
+
 GC_JOB = textwrap.dedent("""\
     import gc
     gc.disable()
@@ -229,6 +248,19 @@ class PythonLayer(EacgmTest):
         s, layer = self.run_job(DEBIAN_PYTHON, self.job(PACED_LOOP_JOB))
         self.assertEqual(self.slow_calls(s), [])
         self.assertGreater(layer["functions"]["job.py:step"]["total_ns"], 0.8e9)
+
+    def test_a_thread_stopped_from_outside_is_not_a_slow_call(self):
+        s, layer = self.run_job(DEBIAN_PYTHON, self.job(STOPPED_JOB), layers="python,os")
+        self.assertEqual(s.summary["anomalies"], [])
+        # Stopped time is nobody's: pause() ran for a moment before and after the stop.
+        self.assertLess(layer["functions"].get("job.py:pause", {"total_ns": 0})["total_ns"], 100e6)
+        self.assertGreater(layer["functions"]["job.py:step"]["total_ns"], 0.3e9)
+        # import ctypes loads _ctypes and libffi: the loader stops are counted as eacgm's cost.
+        overhead = s.summary["overhead"]
+        self.assertGreaterEqual(overhead["target_pauses"], 2)
+        self.assertGreater(overhead["target_paused_s"], 0)
+        self.assertLess(overhead["target_paused_s"], 0.3)
+        self.assertIn("while eacgm probed what it loaded", s.stdout)
 
     def test_without_python_calls_nothing_is_counted(self):
         script = self.job(TIMED_JOB.format(calls=10))
