@@ -240,12 +240,20 @@ struct eacgm_py_frame {
   __u64 instr; /* the layout's frame_instr word: f_lasti (low 32 bits) or an instruction pointer */
 };
 
+/* A sampled thread's scheduler state, in the classes the stall detector tells apart. */
+enum eacgm_py_thread_state {
+  EACGM_PY_RUNNING = 0,         /* on a CPU or waiting for one */
+  EACGM_PY_SLEEPING = 1,        /* waiting for something: a lock, I/O, a sleep, a device */
+  EACGM_PY_UNINTERRUPTIBLE = 2, /* waiting in the kernel: a page fault, disk I/O, reclaim */
+  EACGM_PY_STOPPED = 3,         /* stopped: job control, a tracer, eacgm's loader stop */
+};
+
 struct eacgm_py_sample {
   struct eacgm_header hdr; /* tid: the sampled thread; ts_ns: when it was sampled */
   __u32 nframes;           /* filled entries of frames */
   __u32 truncated;         /* the stack was deeper than EACGM_PY_MAX_FRAMES */
-  __u32 on_cpu;            /* the thread was running (not sleeping or waiting) */
-  __u32 stopped;           /* the thread was stopped (SIGSTOP, a tracer, eacgm's loader stop) */
+  __u32 thread_state;      /* enum eacgm_py_thread_state: what the thread was doing */
+  __u32 pad;
   __u64 voluntary_switches; /* task->nvcsw: it changes each time the thread goes to wait */
   struct eacgm_py_frame frames[EACGM_PY_MAX_FRAMES]; /* innermost first */
 };

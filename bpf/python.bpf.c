@@ -124,9 +124,13 @@ int py_sample(struct bpf_iter__task* ctx) {
   e->hdr.tid = tid;
   e->hdr.layer = EACGM_LAYER_PYTHON;
   e->hdr.ts_ns = bpf_ktime_get_ns();
-  e->on_cpu = task->__state == 0; /* TASK_RUNNING */
-  /* __TASK_STOPPED | __TASK_TRACED */
-  e->stopped = (task->__state & (0x4 | 0x8)) != 0;
+  /* TASK_RUNNING is 0; __TASK_STOPPED 0x4 and __TASK_TRACED 0x8; TASK_UNINTERRUPTIBLE 0x2 */
+  __u32 state = task->__state;
+  e->thread_state = state == 0           ? EACGM_PY_RUNNING
+                    : (state & 0xc) != 0 ? EACGM_PY_STOPPED
+                    : (state & 0x2) != 0 ? EACGM_PY_UNINTERRUPTIBLE
+                                         : EACGM_PY_SLEEPING;
+  e->pad = 0;
   e->voluntary_switches = task->nvcsw;
   e->truncated = 0;
   e->nframes = 0;

@@ -312,7 +312,7 @@ std::vector<PythonStackChange> PythonProfile::on_sample(const PySampleEvent& eve
     changes.push_back(std::move(change));
   }
   t.last_ns = event.ts_ns;
-  if (event.stopped) {
+  if (event.state == PySampleEvent::State::kStopped) {
     // Stopped from outside (job control, a debugger, eacgm's own stop at a library load): its
     // code neither runs nor waits, so nothing is charged, and a call open before the stop is
     // judged on what came before it.
@@ -323,7 +323,7 @@ std::vector<PythonStackChange> PythonProfile::on_sample(const PySampleEvent& eve
   }
 
   const Code* innermost = code(event.pid, event.frames.front().code);
-  const bool idle = innermost && innermost->idle_wait && !event.on_cpu;
+  const bool idle = innermost && innermost->idle_wait && !event.on_cpu();
   if (idle) fed_threads_.insert({event.pid, event.tid});
   bool importing = false;
   std::set<std::string_view> seen;  // recursion counts a function once per sample
@@ -378,7 +378,8 @@ std::vector<PythonStackChange> PythonProfile::on_sample(const PySampleEvent& eve
   t.call->last_ns = event.ts_ns;
   t.call->instr = top.instr;
   ++t.call->samples;
-  if (event.on_cpu) ++t.call->on_cpu;
+  if (event.on_cpu()) ++t.call->on_cpu;
+  if (event.state == PySampleEvent::State::kUninterruptible) ++t.call->in_kernel;
   return changes;
 }
 
@@ -440,6 +441,7 @@ void PythonProfile::close_call(uint32_t pid, uint32_t tid, const OpenCall& call)
   s.start_ns = call.first_ns;
   s.duration_ns = duration;
   s.on_cpu = call.samples ? static_cast<double>(call.on_cpu) / call.samples : 0;
+  s.in_kernel = call.samples ? static_cast<double>(call.in_kernel) / call.samples : 0;
   s.function = c->key;
   s.file = c->file;
   if (const PythonSite* where = site(pid, call.code, call.instr)) s.line = where->line;
@@ -540,20 +542,30 @@ std::vector<Anomaly> PythonProfile::take_anomalies(const Session& session, uint6
                   {"duration_ms", s.duration_ns / 1e6},
                   {"threshold_ms", options_.slow_call_ns / 1e6},
                   {"on_cpu_fraction", s.on_cpu},
+                  {"in_kernel_fraction", s.in_kernel},
                   {"stack", s.stack},
                   {"called_from", s.called_from}};
+    const bool in_kernel = 2 * s.in_kernel >= 1;
     a.message = fmt::format(
         "python: {} ({}) stayed the innermost Python call for {:.0f} ms without returning "
-        "(thread {} of pid {}; on CPU {:.0f}% of the time){}",
+        "(thread {} of pid {}; on CPU {:.0f}% of the time{}){}",
         s.function, where, s.duration_ns / 1e6, s.tid, s.pid, 100 * s.on_cpu,
+        in_kernel ? fmt::format(", {:.0f}% waiting in the kernel", 100 * s.in_kernel) : "",
         called_from.empty() ? "" : fmt::format(", called from {}", called_from));
-    a.suggestion =
-        s.on_cpu < 0.5
-            ? "it was waiting (I/O, a lock, a sleep or a device sync): make that I/O "
-              "asynchronous or move it off the training thread (a DataLoader worker, a "
-              "background thread)"
-            : "it was computing in Python: vectorise it, move it to a worker, or profile that "
-              "function";
+    if (in_kernel) {
+      a.suggestion =
+          "it waited uninterruptibly in the kernel: page faults or disk reads (a dataset or "
+          "checkpoint on slow storage, memory-mapped files), memory reclaim or swap; check the "
+          "machine's memory and I/O pressure (/proc/pressure) before the code";
+    } else {
+      a.suggestion =
+          s.on_cpu < 0.5
+              ? "it was waiting (I/O, a lock, a sleep or a device sync): make that I/O "
+                "asynchronous or move it off the training thread (a DataLoader worker, a "
+                "background thread)"
+              : "it was computing in Python: vectorise it, move it to a worker, or profile "
+                "that function";
+    }
     out.push_back(std::move(a));
   }
   slow_calls_.clear();

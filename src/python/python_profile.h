@@ -167,6 +167,7 @@ class PythonProfile {
     uint64_t last_ns = 0;
     uint64_t samples = 0;
     uint64_t on_cpu = 0;
+    uint64_t in_kernel = 0;         // samples waiting uninterruptibly (page faults, disk, reclaim)
     std::vector<PyFrameRef> outer;  // at the first sample, innermost first, for the report
     bool importing = false;         // under the import machinery: start-up, not a stall
   };
@@ -218,6 +219,7 @@ class PythonProfile {
     uint64_t start_ns = 0;
     uint64_t duration_ns = 0;
     double on_cpu = 0;
+    double in_kernel = 0;  // share of samples waiting uninterruptibly in the kernel
     std::string function;
     std::string file;
     int line = 0;

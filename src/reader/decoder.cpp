@@ -229,8 +229,20 @@ Result<Event> decode_py_sample(std::span<const std::byte> data) {
   e.pid = raw->hdr.tgid;
   e.tid = raw->hdr.tid;
   e.ts_ns = raw->hdr.ts_ns;
-  e.on_cpu = raw->on_cpu != 0;
-  e.stopped = raw->stopped != 0;
+  switch (raw->thread_state) {
+    case EACGM_PY_RUNNING:
+      e.state = PySampleEvent::State::kRunning;
+      break;
+    case EACGM_PY_UNINTERRUPTIBLE:
+      e.state = PySampleEvent::State::kUninterruptible;
+      break;
+    case EACGM_PY_STOPPED:
+      e.state = PySampleEvent::State::kStopped;
+      break;
+    default:
+      e.state = PySampleEvent::State::kSleeping;
+      break;
+  }
   e.truncated = raw->truncated != 0;
   e.voluntary_switches = raw->voluntary_switches;
   const uint32_t n = std::min<uint32_t>(raw->nframes, EACGM_PY_MAX_FRAMES);

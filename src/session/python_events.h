@@ -18,8 +18,12 @@ struct PySampleEvent {
   uint32_t pid = 0;
   uint32_t tid = 0;
   uint64_t ts_ns = 0;
-  bool on_cpu = false;
-  bool stopped = false;             // stopped from outside: job control, a debugger, eacgm's stop
+  // What the thread was doing (bpf/events.h eacgm_py_thread_state): running, waiting for
+  // something, waiting in the kernel (page faults, disk, reclaim), or stopped from outside
+  // (job control, a debugger, eacgm's own stop at a library load).
+  enum class State : uint8_t { kRunning, kSleeping, kUninterruptible, kStopped };
+  State state = State::kSleeping;
+  bool on_cpu() const { return state == State::kRunning; }
   bool truncated = false;           // deeper than the frames kept
   uint64_t voluntary_switches = 0;  // the thread's count of waits begun (task nvcsw)
   std::vector<PyFrameRef> frames;   // innermost first

@@ -107,7 +107,7 @@ TEST(PythonFuzz, RandomAndBitFlippedRecordsNeverReachAnOutputUnchecked) {
     sample.hdr = {EACGM_EV_PY_SAMPLE, pid, pid + static_cast<uint32_t>(rng() % 3),
                   EACGM_LAYER_PYTHON, ts};
     sample.nframes = 1 + rng() % EACGM_PY_MAX_FRAMES;
-    sample.on_cpu = rng() % 2;
+    sample.thread_state = rng() % 5;  // 4 is no state at all
     for (auto& frame : sample.frames) {
       frame.code = 0x7f0000000000ull + 16 * (rng() % 64);
       // Instruction words near the code object (3.11+ pointers) or small offsets (3.8-3.10).

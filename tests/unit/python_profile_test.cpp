@@ -36,7 +36,7 @@ PySampleEvent sample(uint64_t t_ns, std::vector<uint64_t> innermost_first, uint3
   e.pid = kPid;
   e.tid = tid;
   e.ts_ns = t_ns;
-  e.on_cpu = on_cpu;
+  e.state = on_cpu ? PySampleEvent::State::kRunning : PySampleEvent::State::kSleeping;
   for (uint64_t code : innermost_first) e.frames.push_back({code, 0});
   return e;
 }
@@ -118,6 +118,24 @@ TEST(PythonProfile, OneRoundWithoutTheThreadDoesNotEndItsCall) {
   EXPECT_DOUBLE_EQ(found[0].evidence["duration_ms"].get<double>(), 300.0);
 }
 
+TEST(PythonProfile, AStallInTheKernelSaysSoAndPointsAtTheMachine) {
+  PythonProfile p = make_profile();
+  Session s = session_with(kPid);
+  uint64_t t = 1'000'000'000;
+  // Page faults on a memory-mapped data set on slow storage: one long uninterruptible wait.
+  for (int i = 0; i < 20; ++i, t += kPeriod) {
+    PySampleEvent e = sample(t, {kStall, kTrain, kMain});
+    e.state = PySampleEvent::State::kUninterruptible;
+    p.on_sample(e);
+  }
+  p.on_sample(sample(t, {kStep, kTrain, kMain}));
+  std::vector<Anomaly> found = p.take_anomalies(s, t, false);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_DOUBLE_EQ(found[0].evidence["in_kernel_fraction"].get<double>(), 1.0);
+  EXPECT_NE(found[0].message.find("100% waiting in the kernel"), std::string::npos);
+  EXPECT_NE(found[0].suggestion.find("/proc/pressure"), std::string::npos);
+}
+
 TEST(PythonProfile, AThreadStoppedFromOutsideIsNotStalledNorCharged) {
   PythonProfile p = make_profile();
   Session s = session_with(kPid);
@@ -126,7 +144,7 @@ TEST(PythonProfile, AThreadStoppedFromOutsideIsNotStalledNorCharged) {
   // 200 ms stopped (eacgm probing a library the job just loaded, or job control), then on.
   for (int i = 0; i < 20; ++i, t += kPeriod) {
     PySampleEvent e = sample(t, {kStall, kTrain, kMain}, kPid, false, 1);
-    e.stopped = true;
+    e.state = PySampleEvent::State::kStopped;
     p.on_sample(e);
   }
   for (int i = 0; i < 3; ++i, t += kPeriod)
