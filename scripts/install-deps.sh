@@ -16,8 +16,8 @@ packages=(
   libcpp-httplib-dev
   # the .deb (cpack -G DEB: dpkg-shlibdeps comes with build-essential, CPack needs `file` too)
   file
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev sqlite3 python3-protobuf
+  # tests and benchmarks (libclang-rt: libFuzzer and the sanitizers for clang, tests/fuzz)
+  libgtest-dev libgmock-dev libbenchmark-dev sqlite3 python3-protobuf libclang-rt-14-dev
   # the python with USDT probes, used by tests that need a real interpreter
   python3.11
   # the torch layer's tests: Debian's PyTorch (1.13, CPU) and its libtorch_cpu.so

@@ -471,6 +471,7 @@ void Recorder::resume(uint32_t pid) {
   ++pauses_.count;
   pauses_.total_ns += paused;
   pauses_.longest_ns = std::max(pauses_.longest_ns, paused);
+  collectives_.note_pause(pid, it->second, now);
   stopped_.erase(it);
 }
 

@@ -282,9 +282,22 @@ void CollectiveTracker::settle(const std::string& comm_id, uint64_t seq, Pending
       last_ts = a.ts_ns;
     }
   }
+  // A rank eacgm stopped since its previous arrival came late for eacgm: this collective says
+  // nothing about who is slow (nor does the median it moved), so none of its ranks is judged.
+  bool paused = false;
+  for (const auto& [rank, a] : pending.arrivals) {
+    auto stats = ranks_.find({comm_id, rank});
+    const uint64_t previous = stats == ranks_.end() ? 0 : stats->second.arrived_ns;
+    paused = paused || paused_between(a.pid, previous, a.ts_ns);
+  }
   for (const auto& [rank, a] : pending.arrivals) {
     RankStats& stats = ranks_[{comm_id, rank}];
     ++stats.collectives;
+    stats.arrived_ns = a.ts_ns;
+    if (paused) {
+      ++stats.paused;
+      continue;
+    }
     const int64_t lateness = static_cast<int64_t>(a.ts_ns) - median;
     stats.recent.add(lateness, a.ts_ns, rank == last_rank, options_.straggler_window);
     stats.lateness_sum_ns += static_cast<double>(lateness);
@@ -544,12 +557,14 @@ nlohmann::json CollectiveTracker::rank_figures() const {
     // The mean is over every collective; the median over the recent ones
     // (every one, in a session shorter than the window).
     double mean = stats.lateness_sum_ns;
-    if (stats.collectives) mean /= static_cast<double>(stats.collectives);
+    if (const uint64_t judged = stats.collectives - stats.paused)
+      mean /= static_cast<double>(judged);
     nlohmann::json r = {{"communicator", key.first},
                         {"rank", key.second},
                         {"pid", stats.pid},
                         {"collectives", stats.collectives},
                         {"arrived_last", stats.last},
+                        {"not_judged_after_eacgm_paused", stats.paused},
                         {"mean_lateness_ns", static_cast<int64_t>(mean)},
                         {"median_lateness_ns", median_of(stats.recent.lateness_ns)}};
     r["bus_bandwidth_gbps"] =
@@ -560,7 +575,22 @@ nlohmann::json CollectiveTracker::rank_figures() const {
   return out;
 }
 
+void CollectiveTracker::note_pause(uint32_t pid, uint64_t from_ns, uint64_t to_ns) {
+  auto& pauses = pauses_[pid];
+  pauses.emplace_back(from_ns, to_ns);
+  if (pauses.size() > kPausesKept) pauses.pop_front();
+}
+
+bool CollectiveTracker::paused_between(uint32_t pid, uint64_t after_ns, uint64_t before_ns) const {
+  auto it = pauses_.find(pid);
+  if (it == pauses_.end()) return false;
+  return std::any_of(it->second.begin(), it->second.end(), [&](const auto& pause) {
+    return pause.second > after_ns && pause.first < before_ns;
+  });
+}
+
 void CollectiveTracker::forget_process(uint32_t pid) {
+  pauses_.erase(pid);
   std::erase_if(comms_, [pid](const auto& entry) { return entry.first.first == pid; });
   std::erase_if(ranks_, [pid](const auto& entry) { return entry.second.pid == pid; });
   for (auto it = pending_.begin(); it != pending_.end();) {

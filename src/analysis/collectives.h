@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -99,6 +100,11 @@ class CollectiveTracker {
   // no rank of it is left, so that the next job is aligned afresh.
   void forget_process(uint32_t pid);
 
+  // eacgm itself stopped `pid` from `from_ns` to `to_ns` (a library load, an unwind): a rank that
+  // arrives late after such a stop was late for eacgm, so no collective it was paused before is
+  // judged for lateness.
+  void note_pause(uint32_t pid, uint64_t from_ns, uint64_t to_ns);
+
   // What is kept, for tests of the bounds.
   struct Footprint {
     size_t communicators = 0;     // (pid, handle) pairs
@@ -166,7 +172,9 @@ class CollectiveTracker {
     uint64_t collectives = 0;    // matched across all ranks
     uint64_t last = 0;           // times this rank arrived last
     Recent recent;               // the straggler test's evidence
-    double lateness_sum_ns = 0;  // over every collective, for the mean
+    double lateness_sum_ns = 0;  // over every collective judged, for the mean
+    uint64_t paused = 0;         // collectives not judged: eacgm paused a rank before them
+    uint64_t arrived_ns = 0;     // this rank's latest arrival
     uint64_t bus_bytes = 0;      // bytes weighted by the algorithm's bus factor
     uint64_t busy_ns = 0;        // time inside collectives
     std::optional<std::pair<uint64_t, std::string>> last_completed;  // seq, name
@@ -209,7 +217,12 @@ class CollectiveTracker {
   };
   std::map<std::string, InFlight> in_flight_;
   std::set<std::string> straggler_reported_;  // comm ids
-  std::map<int, WorldRank> world_;            // by rank; emptied once aligned
+  // eacgm's recent stops of each process, (from, to), oldest first; a few suffice, since only
+  // those since a rank's previous arrival count.
+  static constexpr size_t kPausesKept = 16;
+  std::map<uint32_t, std::deque<std::pair<uint64_t, uint64_t>>> pauses_;
+  bool paused_between(uint32_t pid, uint64_t after_ns, uint64_t before_ns) const;
+  std::map<int, WorldRank> world_;  // by rank; emptied once aligned
   bool world_aligned_ = false;
 };
 

@@ -224,6 +224,11 @@ void PythonProfile::on_function(const PyFunctionEvent& event) {
 }
 
 void PythonProfile::on_gc(const PyGcEvent& event) {
+  // No collection frees more objects than an address space holds (2^47 bytes, 16 bytes each
+  // at least) or lasts a day: such a record is not one to add up.
+  constexpr int64_t kMostObjects = int64_t{1} << 43;
+  constexpr uint64_t kLongestNs = 86'400'000'000'000;
+  if (event.collected > kMostObjects || event.duration_ns > kLongestNs) return;
   PythonGcStats& s = gc_by_generation_[event.generation];
   ++s.collections;
   s.total_ns += event.duration_ns;

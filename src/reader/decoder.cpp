@@ -257,17 +257,28 @@ Result<Event> decode_py_code(std::span<const std::byte> data) {
     return Error{fmt::format("truncated python code record: {} bytes, need {}", data.size(),
                              sizeof(eacgm_py_code))};
   }
-  const auto* raw = reinterpret_cast<const eacgm_py_code*>(data.data());
+  // Fields read where they lie: a record need not be aligned for the struct (the ring buffer's
+  // are, bytes from elsewhere need not be).
+  const std::byte* base = data.data();
+  auto field = [base](size_t offset, auto& out) { std::memcpy(&out, base + offset, sizeof(out)); };
+  eacgm_header hdr{};
+  field(offsetof(eacgm_py_code, hdr), hdr);
   PyCodeEvent e;
-  e.pid = raw->hdr.tgid;
-  e.ts_ns = raw->hdr.ts_ns;
-  e.code = raw->code;
-  e.firstlineno = raw->firstlineno;
-  e.name = c_string(raw->name, sizeof(raw->name));
-  e.file = c_string(raw->file, sizeof(raw->file));
-  const uint32_t kept = std::min<uint32_t>(raw->linetable_len, EACGM_PY_LINETABLE_LEN);
-  e.linetable.assign(raw->linetable, raw->linetable + kept);
-  e.linetable_complete = raw->linetable_len <= EACGM_PY_LINETABLE_LEN;
+  e.pid = hdr.tgid;
+  e.ts_ns = hdr.ts_ns;
+  field(offsetof(eacgm_py_code, code), e.code);
+  field(offsetof(eacgm_py_code, firstlineno), e.firstlineno);
+  uint32_t linetable_len = 0;
+  field(offsetof(eacgm_py_code, linetable_len), linetable_len);
+  const auto* name = reinterpret_cast<const char*>(base + offsetof(eacgm_py_code, name));
+  const auto* file = reinterpret_cast<const char*>(base + offsetof(eacgm_py_code, file));
+  const auto* linetable =
+      reinterpret_cast<const uint8_t*>(base + offsetof(eacgm_py_code, linetable));
+  e.name = c_string(name, EACGM_PY_NAME_LEN);
+  e.file = c_string(file, EACGM_PY_FILE_LEN);
+  const uint32_t kept = std::min<uint32_t>(linetable_len, EACGM_PY_LINETABLE_LEN);
+  e.linetable.assign(linetable, linetable + kept);
+  e.linetable_complete = linetable_len <= EACGM_PY_LINETABLE_LEN;
   return Event{std::move(e)};
 }
 

@@ -123,6 +123,39 @@ TEST(Collectives, HealthyJobYieldsNothing) {
   EXPECT_TRUE(found.empty()) << found[0].message;
 }
 
+TEST(Collectives, ARankLateOnlyAfterEacgmPausedItIsNoStraggler) {
+  // Rank 2 loads a library before each of its first 30 collectives and waits 20 ms for eacgm
+  // to probe it; then it runs as fast as the others. Without the pauses noted, the same
+  // arrivals make it a straggler (the control).
+  for (bool noted : {true, false}) {
+    Job job(4);
+    std::vector<Anomaly> found;
+    uint64_t t = 1'000 * kMs;
+    for (int s = 0; s < 60; ++s) {
+      const bool stopped = s < 30;
+      if (stopped && noted) job.tracker().note_pause(Job::pid(2), t - 5 * kMs, t + 15 * kMs);
+      uint64_t at[4], last = 0;
+      for (int r = 0; r < 4; ++r) {
+        at[r] = t + (r == 2 && stopped ? 20 * kMs : r * 100'000);
+        job.enter(r, at[r]);
+        last = std::max(last, at[r]);
+      }
+      for (int r = 0; r < 4; ++r) job.leave(r, at[r], last + kMs);
+      t = last + 20 * kMs;
+      for (Anomaly& a : job.tracker().check(t)) found.push_back(std::move(a));
+    }
+    if (noted) {
+      EXPECT_TRUE(found.empty()) << found[0].message;
+      for (const auto& rank : job.tracker().rank_figures()) {
+        EXPECT_EQ(rank["not_judged_after_eacgm_paused"], 30);  // every rank of those 30
+      }
+    } else {
+      ASSERT_EQ(found.size(), 1u);
+      EXPECT_EQ(found[0].rank, 2);
+    }
+  }
+}
+
 TEST(Collectives, HangNamesTheMissingRankAfterTheTimeout) {
   CollectiveTracker::Options options;
   options.hang_timeout_ns = 5'000 * kMs;

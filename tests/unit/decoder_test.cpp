@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -207,6 +208,32 @@ TEST(ProbeTable, StackWordsAreReadOnlyForRowsThatUseThem) {
       }
     }
   }
+}
+
+TEST(Decoder, ACodeRecordNeedNotBeAligned) {
+  // Found by the record fuzzer: the decoder read the struct in place, through a misaligned
+  // pointer, when the bytes did not start on an 8-byte boundary.
+  eacgm_py_code code{};
+  code.hdr = {EACGM_EV_PY_CODE, 7, 7, EACGM_LAYER_PYTHON, 123};
+  code.code = 0x7f0000001000;
+  code.firstlineno = 42;
+  code.linetable_len = 3;
+  code.linetable[0] = 1;
+  code.linetable[2] = 3;
+  std::snprintf(code.name, sizeof(code.name), "train");
+  std::snprintf(code.file, sizeof(code.file), "/job/train.py");
+  std::vector<std::byte> shifted(sizeof(code) + 1);
+  std::memcpy(shifted.data() + 1, &code, sizeof(code));
+  Result<Event> event = decode_event(std::span(shifted).subspan(1));
+  ASSERT_TRUE(event) << event.error().message;
+  const auto& e = std::get<PyCodeEvent>(*event);
+  EXPECT_EQ(e.pid, 7u);
+  EXPECT_EQ(e.code, 0x7f0000001000u);
+  EXPECT_EQ(e.firstlineno, 42u);
+  EXPECT_EQ(e.name, "train");
+  EXPECT_EQ(e.file, "/job/train.py");
+  EXPECT_EQ(e.linetable, (std::vector<uint8_t>{1, 0, 3}));
+  EXPECT_TRUE(e.linetable_complete);
 }
 
 }  // namespace
