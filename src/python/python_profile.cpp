@@ -439,6 +439,16 @@ void PythonProfile::close_call(uint32_t pid, uint32_t tid, const OpenCall& call)
   // A queue's get, a condition's wait, a selector: the thread waits for work to be handed to
   // it; whoever should hand it is the one to judge (a slow DataLoader worker is named itself).
   if (c->idle_wait && waiting) return;
+  // Waiting uninterruptibly in the kernel most of the time (page faults on code or data being
+  // read in, reclaim, a contended mmap lock): the machine's doing, not the code's, seen in
+  // healthy jobs at a library's first use. Counted (layers.python.kernel_waits), not reported.
+  if (2 * call.in_kernel >= call.samples) {
+    ++kernel_waits_.count;
+    kernel_waits_.total_ns += duration;
+    kernel_waits_.longest_ns = std::max(kernel_waits_.longest_ns, duration);
+    if (kernel_waits_.longest_ns == duration) kernel_waits_.longest_function = c->key;
+    return;
+  }
   SlowCall s;
   s.supervisor = waiting && c->library && !working_threads_.contains({pid, tid});
   s.pid = pid;
@@ -550,27 +560,18 @@ std::vector<Anomaly> PythonProfile::take_anomalies(const Session& session, uint6
                   {"in_kernel_fraction", s.in_kernel},
                   {"stack", s.stack},
                   {"called_from", s.called_from}};
-    const bool in_kernel = 2 * s.in_kernel >= 1;
     a.message = fmt::format(
         "python: {} ({}) stayed the innermost Python call for {:.0f} ms without returning "
-        "(thread {} of pid {}; on CPU {:.0f}% of the time{}){}",
+        "(thread {} of pid {}; on CPU {:.0f}% of the time){}",
         s.function, where, s.duration_ns / 1e6, s.tid, s.pid, 100 * s.on_cpu,
-        in_kernel ? fmt::format(", {:.0f}% waiting in the kernel", 100 * s.in_kernel) : "",
         called_from.empty() ? "" : fmt::format(", called from {}", called_from));
-    if (in_kernel) {
-      a.suggestion =
-          "it waited uninterruptibly in the kernel: page faults or disk reads (a dataset or "
-          "checkpoint on slow storage, memory-mapped files), memory reclaim or swap; check the "
-          "machine's memory and I/O pressure (/proc/pressure) before the code";
-    } else {
-      a.suggestion =
-          s.on_cpu < 0.5
-              ? "it was waiting (I/O, a lock, a sleep or a device sync): make that I/O "
-                "asynchronous or move it off the training thread (a DataLoader worker, a "
-                "background thread)"
-              : "it was computing in Python: vectorise it, move it to a worker, or profile "
-                "that function";
-    }
+    a.suggestion =
+        s.on_cpu < 0.5
+            ? "it was waiting (I/O, a lock, a sleep or a device sync): make that I/O "
+              "asynchronous or move it off the training thread (a DataLoader worker, a "
+              "background thread)"
+            : "it was computing in Python: vectorise it, move it to a worker, or profile that "
+              "function";
     out.push_back(std::move(a));
   }
   slow_calls_.clear();
@@ -656,6 +657,11 @@ nlohmann::json PythonProfile::figures() const {
   }
   return {{"functions", std::move(functions)},
           {"slow_calls", std::move(slow)},
+          {"kernel_waits",
+           {{"count", kernel_waits_.count},
+            {"total_ms", kernel_waits_.total_ns / 1e6},
+            {"longest_ms", kernel_waits_.longest_ns / 1e6},
+            {"longest_function", kernel_waits_.longest_function}}},
           {"startup", std::move(startup)},
           {"samples_rejected", samples_rejected_},
           {"codes_rejected", codes_rejected_},

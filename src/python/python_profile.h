@@ -230,6 +230,14 @@ class PythonProfile {
     bool supervisor = false;
   };
   std::vector<SlowCall> slow_calls_;  // found, not yet taken
+  // Long calls spent mostly waiting uninterruptibly in the kernel (see close_call).
+  struct KernelWaits {
+    uint64_t count = 0;
+    uint64_t total_ns = 0;
+    uint64_t longest_ns = 0;
+    std::string longest_function;
+  };
+  KernelWaits kernel_waits_;
   struct SlowCallSummary {
     uint64_t occurrences = 0;
     uint64_t total_ns = 0;
