@@ -445,8 +445,10 @@ void PythonProfile::close_call(uint32_t pid, uint32_t tid, const OpenCall& call)
   if (2 * call.in_kernel >= call.samples) {
     ++kernel_waits_.count;
     kernel_waits_.total_ns += duration;
-    kernel_waits_.longest_ns = std::max(kernel_waits_.longest_ns, duration);
-    if (kernel_waits_.longest_ns == duration) kernel_waits_.longest_function = c->key;
+    if (duration > kernel_waits_.longest_ns) {
+      kernel_waits_.longest_ns = duration;
+      kernel_waits_.longest_function = c->key;
+    }
     return;
   }
   SlowCall s;

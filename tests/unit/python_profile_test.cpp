@@ -41,6 +41,11 @@ PySampleEvent sample(uint64_t t_ns, std::vector<uint64_t> innermost_first, uint3
   return e;
 }
 
+PySampleEvent in_state(PySampleEvent e, PySampleEvent::State state) {
+  e.state = state;
+  return e;
+}
+
 Session session_with(uint32_t pid) {
   Session s;
   s.process(pid).comm = "python";
@@ -124,9 +129,8 @@ TEST(PythonProfile, AStallInTheKernelIsCountedNotReported) {
   uint64_t t = 1'000'000'000;
   // Page faults as a library's code is first read in: one long uninterruptible wait.
   for (int i = 0; i < 20; ++i, t += kPeriod) {
-    PySampleEvent e = sample(t, {kStall, kTrain, kMain});
-    e.state = PySampleEvent::State::kUninterruptible;
-    p.on_sample(e);
+    p.on_sample(
+        in_state(sample(t, {kStall, kTrain, kMain}), PySampleEvent::State::kUninterruptible));
   }
   p.on_sample(sample(t, {kStep, kTrain, kMain}));
   EXPECT_TRUE(p.take_anomalies(s, t, true).empty());
@@ -143,9 +147,8 @@ TEST(PythonProfile, AThreadStoppedFromOutsideIsNotStalledNorCharged) {
   for (int i = 0; i < 3; ++i, t += kPeriod) p.on_sample(sample(t, {kStall, kTrain, kMain}));
   // 200 ms stopped (eacgm probing a library the job just loaded, or job control), then on.
   for (int i = 0; i < 20; ++i, t += kPeriod) {
-    PySampleEvent e = sample(t, {kStall, kTrain, kMain}, kPid, false, 1);
-    e.state = PySampleEvent::State::kStopped;
-    p.on_sample(e);
+    p.on_sample(in_state(sample(t, {kStall, kTrain, kMain}, kPid, false, 1),
+                         PySampleEvent::State::kStopped));
   }
   for (int i = 0; i < 3; ++i, t += kPeriod)
     p.on_sample(sample(t, {kStall, kTrain, kMain}, kPid, false, 2));
