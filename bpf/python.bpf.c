@@ -98,7 +98,7 @@ static long py_describe_step(__u32 i, struct py_walk* w) {
   if (!e || i >= e->nframes) return 1;
   struct eacgm_py_code_key key = {.tgid = w->tgid,
                                   .code = e->frames[i & (EACGM_PY_MAX_FRAMES - 1)].code};
-  eacgm_py_describe(w->tgid, key.code, w->layout, w->task, 1);
+  eacgm_py_describe(w->tgid, key.code, w->layout, w->task);
   return 0;
 }
 

@@ -253,22 +253,50 @@ static __always_inline int eacgm_py_is_library_file(const char* f) {
   return s.library;
 }
 
+/* The word at byte offset `at` (0, 8, 16 or 24) of four: by branches, as the
+ * verifier refuses a read from the stack at a computed offset. */
+static __always_inline __u64 eacgm_py_pick(const __u64* w, __u32 at) {
+  if (at == 0) return w[0];
+  if (at == 8) return w[1];
+  if (at == 16) return w[2];
+  return w[3];
+}
+
+/* A code object's name and file pointers, read in one go: in every CPython
+ * layout co_filename, co_name and co_qualname are neighbours (within 24
+ * bytes), and every traced call checks them (see eacgm_py_describe). */
+static __always_inline void eacgm_py_code_names(__u64 code, const struct eacgm_py_layout* l,
+                                                struct task_struct* task, __u64* name,
+                                                __u64* file) {
+  __u32 name_off = l->code_qualname != EACGM_PY_NONE ? l->code_qualname : l->code_name;
+  __u32 lo = name_off < l->code_filename ? name_off : l->code_filename;
+  __u64 words[4] = {};
+  *name = 0;
+  *file = 0;
+  if (name_off - lo > 24 || l->code_filename - lo > 24) { /* a layout of another shape */
+    *name = eacgm_py_word(code, name_off, task);
+    *file = eacgm_py_word(code, l->code_filename, task);
+    return;
+  }
+  if (!code || eacgm_py_read(words, sizeof(words), code + lo, task) != 0) return;
+  *name = eacgm_py_pick(words, name_off - lo);
+  *file = eacgm_py_pick(words, l->code_filename - lo);
+}
+
 /* Sends user space a code object's names and line table the first time this
  * process shows it, and says whether it is library code (EACGM_PY_CODE_*;
  * 0 when unknown: a full ring buffer only delays the description to the next
- * sight). With `verify` (the sampler: 99 times a second, not every traced
- * call) an object seen before is described again if its address now holds
- * another code object. */
+ * sight). An object seen before is described again when its address now holds
+ * another code object: freed code is reused at once (a .pth file's exec'd
+ * `<string>` module, then the script's own function at the same address), so
+ * trusting the address alone charges calls to a dead function. */
 static __always_inline __u8 eacgm_py_describe(__u32 tgid, __u64 code,
                                               const struct eacgm_py_layout* l,
-                                              struct task_struct* task, int verify) {
+                                              struct task_struct* task) {
   struct eacgm_py_code_key key = {.tgid = tgid, .code = code};
-  __u32 name_off = l->code_qualname != EACGM_PY_NONE ? l->code_qualname : l->code_name;
   struct eacgm_py_code_seen* known = bpf_map_lookup_elem(&py_codes_seen, &key);
   __u64 name = 0, file = 0;
-  if (known && !verify) return known->kind;
-  name = eacgm_py_word(code, name_off, task);
-  file = eacgm_py_word(code, l->code_filename, task);
+  eacgm_py_code_names(code, l, task, &name, &file);
   if (known && known->fingerprint == (name ^ file)) return known->kind;
   struct eacgm_py_code* e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
   if (!e) {
@@ -327,7 +355,7 @@ static __attribute__((unused)) long eacgm_py_caller_step(__u32 i, struct eacgm_p
       w->code = c;
       w->instr = at;
     }
-    if (eacgm_py_describe(w->tgid, c, l, 0, 0) != EACGM_PY_CODE_LIBRARY) {
+    if (eacgm_py_describe(w->tgid, c, l, 0) != EACGM_PY_CODE_LIBRARY) {
       w->code = c;
       w->instr = at;
       return 1;
