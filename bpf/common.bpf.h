@@ -128,7 +128,7 @@ static __always_inline void eacgm_submit_call(struct eacgm_call* e) {
  * stack words are needed and whether the start is announced at once (a call
  * that never returns, like a hung collective, must still be seen). */
 static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
-                                            const volatile __u8* row_flags) {
+                                            const volatile __u8* row_flags, __u32 inner_of) {
   struct task_struct* task = bpf_get_current_task_btf();
   __u64 id = eacgm_task_id(task);
   struct eacgm_call_stack* st = eacgm_thread_stack(task, id >> 32);
@@ -140,8 +140,24 @@ static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
     st->depth = d;
     return 0;
   }
+  /* A call made inside an open call of layer `inner_of` is that call's own
+   * work (cudaLaunchKernel runs cuLaunchKernel): one launch is one launch.
+   * Not pushed, so its return finds the outer frame and is ignored. */
+  /* The index checked where the verifier sees it: the compiler would drop a
+   * mask it can prove redundant, and the verifier cannot follow that proof. */
+  __u64 slot = d; /* 64 bits: a u32 would be zero-extended again after the check */
+  barrier_var(slot);
+  if (slot >= EACGM_MAX_DEPTH) return 0;
+  if (inner_of && slot > 0) {
+    __u64 below = slot - 1;
+    barrier_var(below);
+    if (below < EACGM_MAX_DEPTH && st->frames[below].layer == inner_of) {
+      st->depth = d;
+      return 0;
+    }
+  }
   st->depth = d + 1;
-  struct eacgm_frame* f = &st->frames[d & (EACGM_MAX_DEPTH - 1)];
+  struct eacgm_frame* f = &st->frames[slot];
   f->sp = sp;
   f->func_id = (__u32)bpf_get_attach_cookie(ctx);
   f->layer = layer;
@@ -194,8 +210,34 @@ static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
  * a return whose frame is not here (entered before we attached, or nested
  * too deep to be timed) is ignored and pops nothing. A thread without
  * a call stack is not a target (see eacgm_thread_stack). */
+/* The name a call gave a handle (EACGM_ROW_NAMES rows), sent with the call's
+ * own event: every later use of the handle comes after both. */
+static __always_inline void eacgm_send_name(struct eacgm_frame* f, __u64 id, __u32 layer,
+                                            __u64 out_value, __s64 ret, __u8 slots) {
+  struct eacgm_name* n = bpf_ringbuf_reserve(&events, sizeof(*n), 0);
+  if (!n) {
+    eacgm_count_drop();
+    return;
+  }
+  __u8 key_slot = slots >> 4;
+  n->hdr.kind = EACGM_EV_NAME;
+  n->hdr.tgid = id >> 32;
+  n->hdr.tid = (__u32)id;
+  n->hdr.layer = layer;
+  n->hdr.ts_ns = f->start_ns;
+  n->key = key_slot == EACGM_NAME_KEY_OUT ? out_value : f->args[key_slot & 7];
+  n->ret = ret;
+  n->func_id = f->func_id;
+  n->pad = 0;
+  if (bpf_probe_read_user_str(n->name, sizeof(n->name), (void*)f->args[slots & 7]) < 0)
+    n->name[0] = 0;
+  bpf_ringbuf_submit(n, BPF_RB_NO_WAKEUP);
+}
+
 static __always_inline int eacgm_call_return(struct pt_regs* ctx, __u32 layer,
-                                             const volatile __u8* out_slot) {
+                                             const volatile __u8* out_slot,
+                                             const volatile __u8* row_flags,
+                                             const volatile __u8* name_slots) {
   __u64 now = bpf_ktime_get_ns();
   struct task_struct* task = bpf_get_current_task_btf();
   __u64 id = eacgm_task_id(task);
@@ -236,21 +278,32 @@ static __always_inline int eacgm_call_return(struct pt_regs* ctx, __u32 layer,
   e->depth = d;
   e->py_code = f->py_code;
   e->py_instr = f->py_instr;
+  if (row_flags[func_id & (EACGM_MAX_FUNCS - 1)] & EACGM_ROW_NAMES)
+    eacgm_send_name(f, id, layer, e->out_value, e->ret,
+                    name_slots[func_id & (EACGM_MAX_FUNCS - 1)]);
   eacgm_submit_call(e);
   return 0;
 }
 
 /* The whole BPF side of a layer traced through a probe table: per table row
  * (set by user space between open and load) which argument word is a pointer
- * whose pointee is read at return (0xff: none) and the row's EACGM_ROW_*
- * flags; one generic entry and one generic return program, the attach cookie
- * saying which row fired. */
-#define EACGM_TABLE_LAYER(layer_id)                                                    \
-  const volatile __u8 out_slot[EACGM_MAX_FUNCS];                                       \
-  const volatile __u8 row_flags[EACGM_MAX_FUNCS];                                      \
-  SEC("uprobe")                                                                        \
-  int BPF_KPROBE(call_entry) { return eacgm_call_entry(ctx, layer_id, row_flags); }    \
-  SEC("uretprobe")                                                                     \
-  int BPF_KRETPROBE(call_return) { return eacgm_call_return(ctx, layer_id, out_slot); }
+ * whose pointee is read at return (0xff: none), the row's EACGM_ROW_* flags
+ * and where a naming row's name and handle are; one generic entry and one
+ * generic return program, the attach cookie saying which row fired. Calls
+ * made inside an open call of layer `inner_of` (0: none) are not traced. */
+#define EACGM_TABLE_LAYER_INNER_OF(layer_id, inner_of)                                   \
+  const volatile __u8 out_slot[EACGM_MAX_FUNCS];                                        \
+  const volatile __u8 row_flags[EACGM_MAX_FUNCS];                                       \
+  const volatile __u8 name_slots[EACGM_MAX_FUNCS];                                      \
+  SEC("uprobe")                                                                         \
+  int BPF_KPROBE(call_entry) {                                                          \
+    return eacgm_call_entry(ctx, layer_id, row_flags, inner_of);                        \
+  }                                                                                     \
+  SEC("uretprobe")                                                                      \
+  int BPF_KRETPROBE(call_return) {                                                      \
+    return eacgm_call_return(ctx, layer_id, out_slot, row_flags, name_slots);           \
+  }
+/* ... a layer none of whose calls is another's own work. */
+#define EACGM_TABLE_LAYER(layer_id) EACGM_TABLE_LAYER_INNER_OF(layer_id, 0)
 
 #endif /* EACGM_COMMON_BPF_H */

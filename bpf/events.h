@@ -28,6 +28,13 @@
 /* Per-row flags of a probe table (rodata `row_flags`, set by user space). */
 #define EACGM_ROW_EMIT_ENTRY 0x1 /* announce the call's start: it may never return */
 #define EACGM_ROW_STACK_ARGS 0x2 /* capture the two stack words (7th/8th integer args) */
+#define EACGM_ROW_NAMES 0x4      /* the call names a handle: send struct eacgm_name at return */
+/* A row's `name_slots` byte (rodata beside row_flags): the argument holding the
+ * C string in the low nibble, the argument holding the handle it names in the
+ * high nibble, EACGM_NAME_KEY_OUT there for the out-pointer's pointee. */
+#define EACGM_NAME_KEY_OUT 0xf
+/* Bytes kept of a name (mangled C++ kernel names run long). */
+#define EACGM_NAME_LEN 256
 /* Call events are submitted without waking the reader, which polls at least
  * this often. 20 ms of the fastest calls measured (two processes, ~1 M
  * calls/s) fill ~2.7 MiB of the 16 MiB ring buffer. */
@@ -56,6 +63,9 @@ enum eacgm_event_kind {
   EACGM_EV_PY_GC = 14,        /* one garbage collection: struct eacgm_py_gc */
   /* torch layer (bpf/torch.bpf.c) */
   EACGM_EV_UNWIND_STOP = 15, /* a thread began unwinding across return probes and was stopped: struct eacgm_unwind_stop */
+  /* a traced call gave a handle a name (a kernel's, from __cudaRegisterFunction,
+   * cuModuleGetFunction, cuLibraryGetKernel): struct eacgm_name */
+  EACGM_EV_NAME = 16,
 };
 
 enum eacgm_layer {
@@ -65,6 +75,7 @@ enum eacgm_layer {
   EACGM_LAYER_PYTHON = 4,
   EACGM_LAYER_OS = 5,
   EACGM_LAYER_GPU = 6, /* NVML sampled from user space: no BPF program, no events */
+  EACGM_LAYER_DRIVER = 7, /* the CUDA driver API, libcuda.so.1 */
 };
 
 struct eacgm_header {
@@ -90,6 +101,16 @@ struct eacgm_call {
    * instruction word (struct eacgm_py_frame); 0 otherwise. */
   __u64 py_code;
   __u64 py_instr;
+};
+
+/* Sent just before the call event of a row with EACGM_ROW_NAMES. */
+struct eacgm_name {
+  struct eacgm_header hdr; /* ts_ns: the call's start */
+  __u64 key;               /* the handle named: a host stub, a CUfunction, a CUkernel */
+  __s64 ret;               /* the call's return value: a failed call names nothing */
+  __u32 func_id;           /* row of the layer's probe table */
+  __u32 pad;
+  char name[EACGM_NAME_LEN]; /* NUL-terminated, cut at EACGM_NAME_LEN - 1 bytes */
 };
 
 struct eacgm_proc {

@@ -43,7 +43,8 @@ class FlightRecorder {
     std::vector<Event> items;
     size_t next = 0;  // oldest item once the ring is full
   };
-  static constexpr size_t kRings = 6;  // process events, then layers 1..5 (bpf/events.h)
+  // Process events, then one ring per layer by its number (bpf/events.h; gpu's stays empty).
+  static constexpr size_t kRings = EACGM_LAYER_DRIVER + 1;
 
   size_t per_layer_;
   std::unordered_map<uint32_t, std::array<Ring, kRings>> rings_;

@@ -115,6 +115,8 @@ void Recorder::handle(std::span<const std::byte> data) {
   }
   if (auto* call = std::get_if<CallRecord>(&*event)) {
     on_call(*call);
+  } else if (auto* named = std::get_if<HandleNameEvent>(&*event)) {
+    if (!named->failed()) session_.kernels.name_handle(named->pid, named->handle, named->name);
   } else if (auto* proc = std::get_if<ProcEvent>(&*event)) {
     on_process_event(*proc);
   } else if (std::holds_alternative<PySampleEvent>(*event) ||
@@ -291,6 +293,7 @@ void Recorder::on_call(const CallRecord& event) {
   }
   CallRecord call = event;
   if (call.py_code != 0) call.py_site = python_.site(call.pid, call.py_code, call.py_instr);
+  call.kernel = session_.kernels.kernel_of(call);
   if (layers_.contains(Layer::kPython)) {
     python_.note_traced_call(call.pid, call.tid, call.start_ns, call.duration_ns);
   }

@@ -31,12 +31,30 @@ ApiClass api_class(Layer layer, std::string_view name) {
     }
     return ApiClass::kOther;
   }
-  if (layer != Layer::kCuda) return ApiClass::kOther;
-  if (name == "cudaLaunchKernel" || name == "cudaGraphLaunch") return ApiClass::kLaunch;
-  if (name.ends_with("Synchronize")) return ApiClass::kSync;
-  if (name.starts_with("cudaMemcpy") || name.starts_with("cudaMemset")) return ApiClass::kCopy;
-  if (name.starts_with("cudaFree")) return ApiClass::kFree;
-  if (name.starts_with("cudaMalloc")) return ApiClass::kAlloc;
+  if (layer != Layer::kCuda && layer != Layer::kDriver) return ApiClass::kOther;
+  // The runtime's and the driver's names, per-thread-stream variants included.
+  for (std::string_view suffix : {"_ptsz", "_ptds"}) {
+    if (name.ends_with(suffix)) name.remove_suffix(suffix.size());
+  }
+  if (name == "cudaLaunchKernel" || name == "cudaGraphLaunch" ||
+      name == "cudaLaunchCooperativeKernel" || name == "cudaLaunchKernelExC" ||
+      name.starts_with("cuLaunch") || name == "cuGraphLaunch") {
+    return ApiClass::kLaunch;
+  }
+  if (name.ends_with("Synchronize") || name.starts_with("cuStreamWaitEvent")) {
+    return ApiClass::kSync;
+  }
+  if (name.starts_with("cudaMemcpy") || name.starts_with("cudaMemset") ||
+      name.starts_with("cuMemcpy") || name.starts_with("cuMemset")) {
+    return ApiClass::kCopy;
+  }
+  if (name.starts_with("cudaFree") || name.starts_with("cuMemFree") || name == "cuMemRelease") {
+    return ApiClass::kFree;
+  }
+  if (name.starts_with("cudaMalloc") || name.starts_with("cuMemAlloc") || name == "cuMemCreate" ||
+      name == "cuMemHostAlloc") {
+    return ApiClass::kAlloc;
+  }
   return ApiClass::kOther;
 }
 

@@ -80,7 +80,7 @@ std::string suggestion_for(int feature, double z) {
 // table speaks of GPUs and collectives; a PyTorch operator on the CPU, or a job with no GPU
 // layer among its calls, gets advice about the host instead.
 std::string suggestion_for(Layer layer, int feature, double z) {
-  const bool on_gpu = layer == Layer::kCuda || layer == Layer::kNccl;
+  const bool on_gpu = layer == Layer::kCuda || layer == Layer::kDriver || layer == Layer::kNccl;
   if (on_gpu || feature == kDeviceMemory || feature == kDeviceMemorySlope ||
       feature == kCollectiveLatency || feature == kCollectiveBandwidth || feature == kErrorRate) {
     return suggestion_for(feature, z);
@@ -282,7 +282,9 @@ void WindowAnalyzer::score(Entity& e, const Window& w, std::vector<Anomaly>& out
           100 * busy, 100 * b.busy_share_median,
           busier ? "the calls themselves got slower"
                  : fmt::format("the time between {} calls grew",
-                               a.layer == Layer::kCuda ? "GPU" : layer_name(a.layer)));
+                               a.layer == Layer::kCuda || a.layer == Layer::kDriver
+                                   ? "GPU"
+                                   : layer_name(a.layer)));
       a.suggestion = suggestion_for(a.layer, kBusyShare, busier ? 1 : -1);
       out.push_back(std::move(a));
     }

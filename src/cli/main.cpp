@@ -33,7 +33,9 @@ std::optional<std::set<Layer>> parse_layers(const std::string& text, std::string
     if (name.empty()) continue;
     const auto layer = eacgm::layer_from_name(name);
     if (!layer) {
-      error = fmt::format("unknown layer '{}' (known: cuda, nccl, torch, python, os, gpu)", name);
+      std::vector<std::string_view> known;
+      for (Layer l : eacgm::all_layers()) known.push_back(eacgm::layer_name(l));
+      error = fmt::format("unknown layer '{}' (known: {})", name, fmt::join(known, ", "));
       return std::nullopt;
     }
     layers.insert(*layer);
@@ -48,7 +50,7 @@ std::optional<std::set<Layer>> parse_layers(const std::string& text, std::string
 void add_trace_options(CLI::App* cmd, eacgm::TraceOptions& opts, std::string& layers) {
   cmd->add_option("-o,--output", opts.out_dir, "session directory to write")->required();
   cmd->add_option("--layers", layers, "comma-separated layers to trace")
-      ->default_val("cuda,nccl,torch,python,os,gpu");
+      ->default_val("cuda,driver,nccl,torch,python,os,gpu");
   cmd->add_option("--ioctl-devices", opts.ioctl_devices,
                   "os layer: device files whose ioctls are timed (comma-separated globs)")
       ->default_val("/dev/nvidia*");

@@ -296,7 +296,7 @@ void add_serve_command(CLI::App& app, std::function<int()>& run, LayerParser par
                    "HOST:PORT to serve /metrics, /healthz and /anomalies on")
       ->capture_default_str();
   serve->add_option("--layers", args->layers, "comma-separated layers to trace")
-      ->default_val("cuda,nccl,os,gpu");
+      ->default_val("cuda,driver,nccl,os,gpu");
   serve->add_option("--cgroup", args->options.cgroup,
                     "trace only processes in this cgroup v2 (a directory of the hierarchy or a "
                     "path below its root)");

@@ -16,6 +16,20 @@ namespace {
 // and pointer arguments in rdi, rsi, rdx, rcx, r8, r9, and a dim3 (12 bytes,
 // INTEGER class) by value in two registers: x|y<<32, then z.
 const std::vector<ProbeSpec>& cuda_table() {
+  // cudaLaunchKernel(func, dim3 gridDim, dim3 blockDim, void** args, size_t sharedMem,
+  // cudaStream_t stream): the two dims take four registers, so sharedMem and stream are
+  // the first two stack arguments. `func` is the kernel's host stub.
+  auto launch = [](std::string_view name) {
+    return ProbeSpec{.symbol = name,
+                     .layer = Layer::kCuda,
+                     .args = {{"func", kRdi, ArgFormat::kPointer},
+                              {"gridDim", kRsi, ArgFormat::kDim3},
+                              {"blockDim", kRcx, ArgFormat::kDim3},
+                              {"args", kR9, ArgFormat::kPointer},
+                              {"sharedMem", kStack0, ArgFormat::kSize},
+                              {"stream", kStack1, ArgFormat::kPointer}},
+                     .kernel_slot = kRdi};
+  };
   static const std::vector<ProbeSpec> table = {
       {.symbol = "cudaMalloc",
        .layer = Layer::kCuda,
@@ -88,17 +102,7 @@ const std::vector<ProbeSpec>& cuda_table() {
                 {"count", kRdx, ArgFormat::kSize},
                 {"stream", kRcx, ArgFormat::kPointer}},
        .bytes_slot = kRdx},
-      // cudaLaunchKernel(func, dim3 gridDim, dim3 blockDim, void** args, size_t sharedMem,
-      // cudaStream_t stream): the two dims take four registers, so sharedMem and stream are
-      // the first two stack arguments.
-      {.symbol = "cudaLaunchKernel",
-       .layer = Layer::kCuda,
-       .args = {{"func", kRdi, ArgFormat::kPointer},
-                {"gridDim", kRsi, ArgFormat::kDim3},
-                {"blockDim", kRcx, ArgFormat::kDim3},
-                {"args", kR9, ArgFormat::kPointer},
-                {"sharedMem", kStack0, ArgFormat::kSize},
-                {"stream", kStack1, ArgFormat::kPointer}}},
+      launch("cudaLaunchKernel"),
       {.symbol = "cudaGraphLaunch",
        .layer = Layer::kCuda,
        .args = {{"graphExec", kRdi, ArgFormat::kPointer}, {"stream", kRsi, ArgFormat::kPointer}}},
@@ -109,6 +113,38 @@ const std::vector<ProbeSpec>& cuda_table() {
       {.symbol = "cudaEventSynchronize",
        .layer = Layer::kCuda,
        .args = {{"event", kRdi, ArgFormat::kPointer}}},
+      // Rows added after the first fifteen keep those rows' numbers (func_id) as they were.
+      launch("cudaLaunchKernel_ptsz"),
+      launch("cudaLaunchCooperativeKernel"),
+      launch("cudaLaunchCooperativeKernel_ptsz"),
+      {.symbol = "cudaLaunchKernelExC",
+       .layer = Layer::kCuda,
+       .args = {{"config", kRdi, ArgFormat::kPointer},
+                {"func", kRsi, ArgFormat::kPointer},
+                {"args", kRdx, ArgFormat::kPointer}},
+       .kernel_slot = kRsi},
+      {.symbol = "cudaLaunchKernelExC_ptsz",
+       .layer = Layer::kCuda,
+       .args = {{"config", kRdi, ArgFormat::kPointer},
+                {"func", kRsi, ArgFormat::kPointer},
+                {"args", kRdx, ArgFormat::kPointer}},
+       .kernel_slot = kRsi},
+      {.symbol = "cudaGraphLaunch_ptsz",
+       .layer = Layer::kCuda,
+       .args = {{"graphExec", kRdi, ArgFormat::kPointer}, {"stream", kRsi, ArgFormat::kPointer}}},
+      {.symbol = "cudaStreamSynchronize_ptsz",
+       .layer = Layer::kCuda,
+       .args = {{"stream", kRdi, ArgFormat::kPointer}}},
+      // Every nvcc-built library's constructor registers each kernel's host stub (the `func`
+      // of a launch) with its device name. Returns nothing.
+      {.symbol = "__cudaRegisterFunction",
+       .layer = Layer::kCuda,
+       .args = {{"fatCubinHandle", kRdi, ArgFormat::kPointer},
+                {"hostFun", kRsi, ArgFormat::kPointer},
+                {"deviceFun", kRdx, ArgFormat::kCString}},
+       .returns_status = false,
+       .name_slot = kRdx,
+       .name_key_slot = kRsi},
   };
   return table;
 }
@@ -246,6 +282,214 @@ const std::vector<ProbeSpec>& nccl_table() {
        .comm_slot = kR8},
       {.symbol = "ncclGroupStart", .layer = Layer::kNccl, .args = {}},
       {.symbol = "ncclGroupEnd", .layer = Layer::kNccl, .args = {}},
+  };
+  return table;
+}
+
+// The CUDA driver layer (libcuda.so.1). Signatures from the CUDA Driver API reference
+// (cuda.h): handles are pointers, CUdeviceptr a 64-bit integer, CUresult an int. cuBLAS, cuDNN,
+// NCCL, Triton, TensorFlow and JAX launch here, not through the runtime. A launch's grid and
+// block are six unsigned arguments; the sixth integer argument is the last in a register, so
+// blockDimZ and sharedMemBytes are the two captured stack words (hStream, the ninth, is not
+// captured).
+const std::vector<ProbeSpec>& driver_table() {
+  const ArgSpec stream_rdx{"hStream", kRdx, ArgFormat::kPointer};
+  auto launch = [](std::string_view name) {
+    return ProbeSpec{.symbol = name,
+                     .layer = Layer::kDriver,
+                     .args = {{"f", kRdi, ArgFormat::kPointer},
+                              {"grid", kRsi, ArgFormat::kDim3Split},
+                              {"block", kR8, ArgFormat::kDim3Split},
+                              {"sharedMemBytes", kStack1, ArgFormat::kUInt32}},
+                     .kernel_slot = kRdi};
+  };
+  auto launch_ex = [](std::string_view name) {
+    return ProbeSpec{.symbol = name,
+                     .layer = Layer::kDriver,
+                     .args = {{"config", kRdi, ArgFormat::kPointer},
+                              {"f", kRsi, ArgFormat::kPointer},
+                              {"kernelParams", kRdx, ArgFormat::kPointer}},
+                     .kernel_slot = kRsi};
+  };
+  auto graph_launch = [](std::string_view name) {
+    return ProbeSpec{.symbol = name,
+                     .layer = Layer::kDriver,
+                     .args = {{"hGraphExec", kRdi, ArgFormat::kPointer},
+                              {"hStream", kRsi, ArgFormat::kPointer}}};
+  };
+  // cuMemAlloc-shaped: (CUdeviceptr* out, size_t bytes, ...).
+  auto alloc = [](std::string_view name, MemoryEffect effect, std::vector<ArgSpec> more = {}) {
+    std::vector<ArgSpec> args = {{"dptr", kRdi, ArgFormat::kOutPointer},
+                                 {"bytesize", kRsi, ArgFormat::kSize}};
+    args.insert(args.end(), more.begin(), more.end());
+    return ProbeSpec{.symbol = name,
+                     .layer = Layer::kDriver,
+                     .args = std::move(args),
+                     .bytes_slot = kRsi,
+                     .out_slot = kRdi,
+                     .memory = effect};
+  };
+  auto free_ = [](std::string_view name, MemoryEffect effect, std::vector<ArgSpec> more = {}) {
+    std::vector<ArgSpec> args = {{"dptr", kRdi, ArgFormat::kPointer}};
+    args.insert(args.end(), more.begin(), more.end());
+    return ProbeSpec{.symbol = name,
+                     .layer = Layer::kDriver,
+                     .args = std::move(args),
+                     .memory = effect,
+                     .memory_ptr_slot = kRdi};
+  };
+  // cuMemcpy-shaped: (dst, src, size_t bytes[, stream]).
+  auto copy = [](std::string_view name, bool async) {
+    std::vector<ArgSpec> args = {{"dst", kRdi, ArgFormat::kPointer},
+                                 {"src", kRsi, ArgFormat::kPointer},
+                                 {"ByteCount", kRdx, ArgFormat::kSize}};
+    if (async) args.push_back({"hStream", kRcx, ArgFormat::kPointer});
+    return ProbeSpec{
+        .symbol = name, .layer = Layer::kDriver, .args = std::move(args), .bytes_slot = kRdx};
+  };
+  // cuMemsetD<bits>: (dst, value, size_t N elements[, stream]).
+  auto set = [](std::string_view name, uint8_t element_bytes, bool async) {
+    std::vector<ArgSpec> args = {{"dstDevice", kRdi, ArgFormat::kPointer},
+                                 {"value", kRsi, ArgFormat::kUInt32},
+                                 {"N", kRdx, ArgFormat::kSize}};
+    if (async) args.push_back({"hStream", kRcx, ArgFormat::kPointer});
+    return ProbeSpec{.symbol = name,
+                     .layer = Layer::kDriver,
+                     .args = std::move(args),
+                     .bytes_slot = kRdx,
+                     .bytes_scale = element_bytes};
+  };
+  auto one_handle = [](std::string_view name, std::string_view arg) {
+    return ProbeSpec{
+        .symbol = name, .layer = Layer::kDriver, .args = {{arg, kRdi, ArgFormat::kPointer}}};
+  };
+  // cuModuleGetFunction-shaped: (Handle* out, Container, const char* name) names *out.
+  auto get_named = [](std::string_view name, std::string_view out, std::string_view container) {
+    return ProbeSpec{.symbol = name,
+                     .layer = Layer::kDriver,
+                     .args = {{out, kRdi, ArgFormat::kOutPointer},
+                              {container, kRsi, ArgFormat::kPointer},
+                              {"name", kRdx, ArgFormat::kCString}},
+                     .out_slot = kRdi,
+                     .name_slot = kRdx,
+                     .name_key_slot = kRdi};
+  };
+  auto load = [](std::string_view name, std::string_view out, std::string_view source,
+                 ArgFormat source_format) {
+    return ProbeSpec{.symbol = name,
+                     .layer = Layer::kDriver,
+                     .args = {{out, kRdi, ArgFormat::kOutPointer}, {source, kRsi, source_format}},
+                     .out_slot = kRdi};
+  };
+  const ArgSpec stream_rcx{"hStream", kRcx, ArgFormat::kPointer};
+  static const std::vector<ProbeSpec> table = {
+      launch("cuLaunchKernel"),
+      launch("cuLaunchKernel_ptsz"),
+      launch("cuLaunchCooperativeKernel"),
+      launch("cuLaunchCooperativeKernel_ptsz"),
+      launch_ex("cuLaunchKernelEx"),
+      launch_ex("cuLaunchKernelEx_ptsz"),
+      graph_launch("cuGraphLaunch"),
+      graph_launch("cuGraphLaunch_ptsz"),
+      alloc("cuMemAlloc_v2", MemoryEffect::kDeviceAlloc),
+      alloc("cuMemAllocAsync", MemoryEffect::kDeviceAlloc, {stream_rdx}),
+      alloc("cuMemAllocAsync_ptsz", MemoryEffect::kDeviceAlloc, {stream_rdx}),
+      alloc("cuMemAllocFromPoolAsync", MemoryEffect::kDeviceAlloc,
+            {{"pool", kRdx, ArgFormat::kPointer}, stream_rcx}),
+      alloc("cuMemAllocFromPoolAsync_ptsz", MemoryEffect::kDeviceAlloc,
+            {{"pool", kRdx, ArgFormat::kPointer}, stream_rcx}),
+      alloc("cuMemAllocManaged", MemoryEffect::kDeviceAlloc, {{"flags", kRdx, ArgFormat::kUInt32}}),
+      alloc("cuMemAllocHost_v2", MemoryEffect::kHostAlloc),
+      alloc("cuMemHostAlloc", MemoryEffect::kHostAlloc, {{"Flags", kRdx, ArgFormat::kUInt32}}),
+      free_("cuMemFree_v2", MemoryEffect::kDeviceFree),
+      free_("cuMemFreeAsync", MemoryEffect::kDeviceFree, {{"hStream", kRsi, ArgFormat::kPointer}}),
+      free_("cuMemFreeAsync_ptsz", MemoryEffect::kDeviceFree,
+            {{"hStream", kRsi, ArgFormat::kPointer}}),
+      free_("cuMemFreeHost", MemoryEffect::kHostFree),
+      // The virtual memory API (NCCL, PyTorch's expandable segments): physical memory is
+      // created and released by handle, then mapped into reserved address ranges. Outstanding
+      // device memory counts the handles; a mapping moves no memory of its own.
+      {.symbol = "cuMemCreate",
+       .layer = Layer::kDriver,
+       .args = {{"handle", kRdi, ArgFormat::kOutPointer},
+                {"size", kRsi, ArgFormat::kSize},
+                {"prop", kRdx, ArgFormat::kPointer},
+                {"flags", kRcx, ArgFormat::kUInt32}},
+       .bytes_slot = kRsi,
+       .out_slot = kRdi,
+       .memory = MemoryEffect::kDeviceAlloc},
+      {.symbol = "cuMemRelease",
+       .layer = Layer::kDriver,
+       .args = {{"handle", kRdi, ArgFormat::kPointer}},
+       .memory = MemoryEffect::kDeviceFree,
+       .memory_ptr_slot = kRdi},
+      {.symbol = "cuMemMap",
+       .layer = Layer::kDriver,
+       .args = {{"ptr", kRdi, ArgFormat::kPointer},
+                {"size", kRsi, ArgFormat::kSize},
+                {"offset", kRdx, ArgFormat::kSize},
+                {"handle", kRcx, ArgFormat::kPointer}},
+       .bytes_slot = kRsi},
+      {.symbol = "cuMemUnmap",
+       .layer = Layer::kDriver,
+       .args = {{"ptr", kRdi, ArgFormat::kPointer}, {"size", kRsi, ArgFormat::kSize}},
+       .bytes_slot = kRsi},
+      copy("cuMemcpy", false),
+      copy("cuMemcpy_ptds", false),
+      copy("cuMemcpyAsync", true),
+      copy("cuMemcpyAsync_ptsz", true),
+      copy("cuMemcpyHtoD_v2", false),
+      copy("cuMemcpyHtoD_v2_ptds", false),
+      copy("cuMemcpyDtoH_v2", false),
+      copy("cuMemcpyDtoH_v2_ptds", false),
+      copy("cuMemcpyDtoD_v2", false),
+      copy("cuMemcpyDtoD_v2_ptds", false),
+      copy("cuMemcpyHtoDAsync_v2", true),
+      copy("cuMemcpyHtoDAsync_v2_ptsz", true),
+      copy("cuMemcpyDtoHAsync_v2", true),
+      copy("cuMemcpyDtoHAsync_v2_ptsz", true),
+      copy("cuMemcpyDtoDAsync_v2", true),
+      copy("cuMemcpyDtoDAsync_v2_ptsz", true),
+      set("cuMemsetD8_v2", 1, false),
+      set("cuMemsetD8_v2_ptds", 1, false),
+      set("cuMemsetD16_v2", 2, false),
+      set("cuMemsetD16_v2_ptds", 2, false),
+      set("cuMemsetD32_v2", 4, false),
+      set("cuMemsetD32_v2_ptds", 4, false),
+      set("cuMemsetD8Async", 1, true),
+      set("cuMemsetD8Async_ptsz", 1, true),
+      set("cuMemsetD16Async", 2, true),
+      set("cuMemsetD16Async_ptsz", 2, true),
+      set("cuMemsetD32Async", 4, true),
+      set("cuMemsetD32Async_ptsz", 4, true),
+      one_handle("cuStreamSynchronize", "hStream"),
+      one_handle("cuStreamSynchronize_ptsz", "hStream"),
+      {.symbol = "cuCtxSynchronize", .layer = Layer::kDriver, .args = {}},
+      one_handle("cuEventSynchronize", "hEvent"),
+      {.symbol = "cuStreamWaitEvent",
+       .layer = Layer::kDriver,
+       .args = {{"hStream", kRdi, ArgFormat::kPointer},
+                {"hEvent", kRsi, ArgFormat::kPointer},
+                {"Flags", kRdx, ArgFormat::kUInt32}}},
+      {.symbol = "cuStreamWaitEvent_ptsz",
+       .layer = Layer::kDriver,
+       .args = {{"hStream", kRdi, ArgFormat::kPointer},
+                {"hEvent", kRsi, ArgFormat::kPointer},
+                {"Flags", kRdx, ArgFormat::kUInt32}}},
+      // Kernel names: a launch names its kernel by a handle these calls gave a name.
+      load("cuModuleLoad", "module", "fname", ArgFormat::kCString),
+      load("cuModuleLoadData", "module", "image", ArgFormat::kPointer),
+      load("cuModuleLoadDataEx", "module", "image", ArgFormat::kPointer),
+      load("cuModuleLoadFatBinary", "module", "fatCubin", ArgFormat::kPointer),
+      load("cuLibraryLoadData", "library", "code", ArgFormat::kPointer),
+      load("cuLibraryLoadFromFile", "library", "fileName", ArgFormat::kCString),
+      get_named("cuModuleGetFunction", "hfunc", "hmod"),
+      get_named("cuLibraryGetKernel", "pKernel", "library"),
+      {.symbol = "cuKernelGetFunction",
+       .layer = Layer::kDriver,
+       .args = {{"pFunc", kRdi, ArgFormat::kOutPointer}, {"kernel", kRsi, ArgFormat::kPointer}},
+       .out_slot = kRdi,
+       .alias_slot = kRsi},
   };
   return table;
 }
@@ -399,6 +643,111 @@ constexpr std::pair<int64_t, std::string_view> kCudaErrors[] = {
     {999, "cudaErrorUnknown"},
 };
 
+constexpr std::pair<int64_t, std::string_view> kCuResults[] = {
+    // Values of enum cudaError_enum (CUresult) from the CUDA driver's cuda.h.
+    {0, "CUDA_SUCCESS"},
+    {1, "CUDA_ERROR_INVALID_VALUE"},
+    {2, "CUDA_ERROR_OUT_OF_MEMORY"},
+    {3, "CUDA_ERROR_NOT_INITIALIZED"},
+    {4, "CUDA_ERROR_DEINITIALIZED"},
+    {5, "CUDA_ERROR_PROFILER_DISABLED"},
+    {6, "CUDA_ERROR_PROFILER_NOT_INITIALIZED"},
+    {7, "CUDA_ERROR_PROFILER_ALREADY_STARTED"},
+    {8, "CUDA_ERROR_PROFILER_ALREADY_STOPPED"},
+    {34, "CUDA_ERROR_STUB_LIBRARY"},
+    {36, "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER"},
+    {46, "CUDA_ERROR_DEVICE_UNAVAILABLE"},
+    {100, "CUDA_ERROR_NO_DEVICE"},
+    {101, "CUDA_ERROR_INVALID_DEVICE"},
+    {102, "CUDA_ERROR_DEVICE_NOT_LICENSED"},
+    {200, "CUDA_ERROR_INVALID_IMAGE"},
+    {201, "CUDA_ERROR_INVALID_CONTEXT"},
+    {202, "CUDA_ERROR_CONTEXT_ALREADY_CURRENT"},
+    {205, "CUDA_ERROR_MAP_FAILED"},
+    {206, "CUDA_ERROR_UNMAP_FAILED"},
+    {207, "CUDA_ERROR_ARRAY_IS_MAPPED"},
+    {208, "CUDA_ERROR_ALREADY_MAPPED"},
+    {209, "CUDA_ERROR_NO_BINARY_FOR_GPU"},
+    {210, "CUDA_ERROR_ALREADY_ACQUIRED"},
+    {211, "CUDA_ERROR_NOT_MAPPED"},
+    {212, "CUDA_ERROR_NOT_MAPPED_AS_ARRAY"},
+    {213, "CUDA_ERROR_NOT_MAPPED_AS_POINTER"},
+    {214, "CUDA_ERROR_ECC_UNCORRECTABLE"},
+    {215, "CUDA_ERROR_UNSUPPORTED_LIMIT"},
+    {216, "CUDA_ERROR_CONTEXT_ALREADY_IN_USE"},
+    {217, "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED"},
+    {218, "CUDA_ERROR_INVALID_PTX"},
+    {219, "CUDA_ERROR_INVALID_GRAPHICS_CONTEXT"},
+    {220, "CUDA_ERROR_NVLINK_UNCORRECTABLE"},
+    {221, "CUDA_ERROR_JIT_COMPILER_NOT_FOUND"},
+    {222, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"},
+    {223, "CUDA_ERROR_JIT_COMPILATION_DISABLED"},
+    {224, "CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY"},
+    {225, "CUDA_ERROR_UNSUPPORTED_DEVSIDE_SYNC"},
+    {226, "CUDA_ERROR_CONTAINED"},
+    {300, "CUDA_ERROR_INVALID_SOURCE"},
+    {301, "CUDA_ERROR_FILE_NOT_FOUND"},
+    {302, "CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND"},
+    {303, "CUDA_ERROR_SHARED_OBJECT_INIT_FAILED"},
+    {304, "CUDA_ERROR_OPERATING_SYSTEM"},
+    {400, "CUDA_ERROR_INVALID_HANDLE"},
+    {401, "CUDA_ERROR_ILLEGAL_STATE"},
+    {402, "CUDA_ERROR_LOSSY_QUERY"},
+    {500, "CUDA_ERROR_NOT_FOUND"},
+    {600, "CUDA_ERROR_NOT_READY"},
+    {700, "CUDA_ERROR_ILLEGAL_ADDRESS"},
+    {701, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"},
+    {702, "CUDA_ERROR_LAUNCH_TIMEOUT"},
+    {703, "CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING"},
+    {704, "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED"},
+    {705, "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED"},
+    {708, "CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE"},
+    {709, "CUDA_ERROR_CONTEXT_IS_DESTROYED"},
+    {710, "CUDA_ERROR_ASSERT"},
+    {711, "CUDA_ERROR_TOO_MANY_PEERS"},
+    {712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"},
+    {713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED"},
+    {714, "CUDA_ERROR_HARDWARE_STACK_ERROR"},
+    {715, "CUDA_ERROR_ILLEGAL_INSTRUCTION"},
+    {716, "CUDA_ERROR_MISALIGNED_ADDRESS"},
+    {717, "CUDA_ERROR_INVALID_ADDRESS_SPACE"},
+    {718, "CUDA_ERROR_INVALID_PC"},
+    {719, "CUDA_ERROR_LAUNCH_FAILED"},
+    {720, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"},
+    {721, "CUDA_ERROR_TENSOR_MEMORY_LEAK"},
+    {800, "CUDA_ERROR_NOT_PERMITTED"},
+    {801, "CUDA_ERROR_NOT_SUPPORTED"},
+    {802, "CUDA_ERROR_SYSTEM_NOT_READY"},
+    {803, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"},
+    {804, "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE"},
+    {805, "CUDA_ERROR_MPS_CONNECTION_FAILED"},
+    {806, "CUDA_ERROR_MPS_RPC_FAILURE"},
+    {807, "CUDA_ERROR_MPS_SERVER_NOT_READY"},
+    {808, "CUDA_ERROR_MPS_MAX_CLIENTS_REACHED"},
+    {809, "CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED"},
+    {810, "CUDA_ERROR_MPS_CLIENT_TERMINATED"},
+    {811, "CUDA_ERROR_CDP_NOT_SUPPORTED"},
+    {812, "CUDA_ERROR_CDP_VERSION_MISMATCH"},
+    {900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"},
+    {901, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"},
+    {902, "CUDA_ERROR_STREAM_CAPTURE_MERGE"},
+    {903, "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED"},
+    {904, "CUDA_ERROR_STREAM_CAPTURE_UNJOINED"},
+    {905, "CUDA_ERROR_STREAM_CAPTURE_ISOLATION"},
+    {906, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT"},
+    {907, "CUDA_ERROR_CAPTURED_EVENT"},
+    {908, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD"},
+    {909, "CUDA_ERROR_TIMEOUT"},
+    {910, "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE"},
+    {911, "CUDA_ERROR_EXTERNAL_DEVICE"},
+    {912, "CUDA_ERROR_INVALID_CLUSTER_SIZE"},
+    {913, "CUDA_ERROR_FUNCTION_NOT_LOADED"},
+    {914, "CUDA_ERROR_INVALID_RESOURCE_TYPE"},
+    {915, "CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION"},
+    {916, "CUDA_ERROR_KEY_ROTATION"},
+    {999, "CUDA_ERROR_UNKNOWN"},
+};
+
 constexpr std::string_view kMemcpyKinds[] = {"cudaMemcpyHostToHost", "cudaMemcpyHostToDevice",
                                              "cudaMemcpyDeviceToHost", "cudaMemcpyDeviceToDevice",
                                              "cudaMemcpyDefault"};
@@ -410,6 +759,7 @@ std::string dim3_text(uint64_t xy, uint64_t z) {
 
 constexpr LayerLibrary kLayerLibraries[] = {
     {Layer::kCuda, "libcudart.so"},
+    {Layer::kDriver, "libcuda.so"},
     {Layer::kNccl, "libnccl.so"},
     // ATen operators' entry points are in libtorch_cpu whatever the device; a libtorch_cuda
     // that exports any is probed too.
@@ -433,13 +783,20 @@ std::string_view layer_name(Layer layer) {
       return "os";
     case Layer::kGpu:
       return "gpu";
+    case Layer::kDriver:
+      return "driver";
   }
   return "unknown";
 }
 
+std::span<const Layer> all_layers() {
+  static constexpr Layer kAll[] = {Layer::kCuda,   Layer::kDriver, Layer::kNccl, Layer::kTorch,
+                                   Layer::kPython, Layer::kOs,     Layer::kGpu};
+  return kAll;
+}
+
 std::optional<Layer> layer_from_name(std::string_view name) {
-  for (Layer layer :
-       {Layer::kCuda, Layer::kNccl, Layer::kTorch, Layer::kPython, Layer::kOs, Layer::kGpu}) {
+  for (Layer layer : all_layers()) {
     if (layer_name(layer) == name) return layer;
   }
   return std::nullopt;
@@ -451,6 +808,8 @@ std::span<const ProbeSpec> probe_table(Layer layer) {
       return cuda_table();
     case Layer::kNccl:
       return nccl_table();
+    case Layer::kDriver:
+      return driver_table();
     default:
       return {};
   }
@@ -466,9 +825,17 @@ uint8_t bpf_row_flags(const ProbeSpec& spec) {
                on_stack(spec.rank_slot) || on_stack(spec.nranks_slot);
   for (const ArgSpec& arg : spec.args) {
     // A dim3's z is in the slot after its own: r9's is the first stack word.
-    stack |= on_stack(arg.slot) || (arg.format == ArgFormat::kDim3 && arg.slot == kR9);
+    stack |= on_stack(arg.slot) || (arg.format == ArgFormat::kDim3 && arg.slot == kR9) ||
+             (arg.format == ArgFormat::kDim3Split && arg.slot + 2 >= kStack0);
   }
-  return (spec.emit_entry ? EACGM_ROW_EMIT_ENTRY : 0) | (stack ? EACGM_ROW_STACK_ARGS : 0);
+  return (spec.emit_entry ? EACGM_ROW_EMIT_ENTRY : 0) | (stack ? EACGM_ROW_STACK_ARGS : 0) |
+         (spec.name_slot != kNoSlot ? EACGM_ROW_NAMES : 0);
+}
+
+uint8_t bpf_name_slots(const ProbeSpec& spec) {
+  if (spec.name_slot == kNoSlot) return 0;
+  const uint8_t key = spec.name_key_slot == spec.out_slot ? EACGM_NAME_KEY_OUT : spec.name_key_slot;
+  return static_cast<uint8_t>(key << 4 | (spec.name_slot & 0xf));
 }
 
 bool DecodedArg::is_pointer() const {
@@ -491,6 +858,10 @@ std::vector<DecodedArg> decode_args(const ProbeSpec& spec, const RawCall& call) 
         d.number = static_cast<int32_t>(v);
         d.text = std::to_string(*d.number);
         break;
+      case ArgFormat::kUInt32:
+        d.number = static_cast<uint32_t>(v);
+        d.text = std::to_string(*d.number);
+        break;
       case ArgFormat::kUInt:
       case ArgFormat::kSize:
         d.number = static_cast<int64_t>(v);
@@ -508,6 +879,14 @@ std::vector<DecodedArg> decode_args(const ProbeSpec& spec, const RawCall& call) 
         break;
       case ArgFormat::kDim3:
         d.text = dim3_text(v, call.args[arg.slot + 1]);
+        break;
+      case ArgFormat::kDim3Split:
+        d.text = fmt::format("({},{},{})", static_cast<uint32_t>(v),
+                             static_cast<uint32_t>(call.args[arg.slot + 1]),
+                             static_cast<uint32_t>(call.args[arg.slot + 2]));
+        break;
+      case ArgFormat::kCString:
+        d.text = fmt::format("{:#x}", v);
         break;
       case ArgFormat::kNcclDataType:
         d.text = std::string(nccl_type_name(static_cast<uint32_t>(v)));
@@ -528,7 +907,7 @@ std::vector<DecodedArg> decode_args(const ProbeSpec& spec, const RawCall& call) 
 uint64_t call_bytes(const ProbeSpec& spec, const RawCall& call) {
   if (spec.bytes_slot == kNoSlot) return 0;
   const uint64_t n = call.args[spec.bytes_slot];
-  if (spec.dtype_slot == kNoSlot) return n;
+  if (spec.dtype_slot == kNoSlot) return n * spec.bytes_scale;
   return n * nccl_type_size(static_cast<uint32_t>(call.args[spec.dtype_slot]));
 }
 
@@ -551,6 +930,8 @@ std::string status_name(Layer layer, int64_t code) {
       return std::string(cuda_error_name(code));
     case Layer::kNccl:
       return std::string(nccl_result_name(code));
+    case Layer::kDriver:
+      return std::string(cu_result_name(code));
     default:
       return std::to_string(code);
   }
@@ -561,6 +942,13 @@ std::string_view cuda_error_name(int64_t code) {
                              [](const auto& e, int64_t c) { return e.first < c; });
   if (it != std::end(kCudaErrors) && it->first == code) return it->second;
   return "cudaErrorUnknownCode";
+}
+
+std::string_view cu_result_name(int64_t code) {
+  auto it = std::lower_bound(std::begin(kCuResults), std::end(kCuResults), code,
+                             [](const auto& e, int64_t c) { return e.first < c; });
+  if (it != std::end(kCuResults) && it->first == code) return it->second;
+  return "CUDA_ERROR_UNKNOWN_CODE";
 }
 
 std::string_view memcpy_kind_name(uint64_t kind) {

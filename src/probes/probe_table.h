@@ -23,7 +23,11 @@ enum class Layer : uint32_t {
   kPython = EACGM_LAYER_PYTHON,
   kOs = EACGM_LAYER_OS,
   kGpu = EACGM_LAYER_GPU,
+  kDriver = EACGM_LAYER_DRIVER,
 };
+
+// Every layer, in the order outputs list them.
+std::span<const Layer> all_layers();
 
 std::string_view layer_name(Layer layer);
 std::optional<Layer> layer_from_name(std::string_view name);
@@ -35,6 +39,7 @@ enum Slot : uint8_t { kRdi = 0, kRsi, kRdx, kRcx, kR8, kR9, kStack0, kStack1, kN
 enum class ArgFormat : uint8_t {
   kInt,           // signed 32-bit value
   kUInt,          // unsigned 64-bit value
+  kUInt32,        // unsigned 32-bit value (the upper half of its register or stack word is garbage)
   kPointer,       // shown as hex
   kSize,          // byte count
   kMemcpyKind,    // cudaMemcpyKind, shown by name
@@ -42,6 +47,8 @@ enum class ArgFormat : uint8_t {
   kOutPointer,    // a T** whose pointee is read at return (shown as the value written)
   kNcclDataType,  // ncclDataType_t, shown by name
   kNcclRedOp,     // ncclRedOp_t, shown by name
+  kCString,       // a NUL-terminated string argument: its address (the string comes as a name)
+  kDim3Split,     // three unsigned arguments x, y, z in `slot` and the two after it
 };
 
 struct ArgSpec {
@@ -76,6 +83,17 @@ struct ProbeSpec {
   Slot comm_slot = kNoSlot;    // the communicator handle
   Slot rank_slot = kNoSlot;    // kCommInit: this process's rank
   Slot nranks_slot = kNoSlot;  // kCommInit: the communicator's size
+  // Kernels by name. A row that names a handle (__cudaRegisterFunction, cuModuleGetFunction)
+  // says which argument holds the C string and which the handle it names: `name_key_slot`, or
+  // the out-pointer's pointee when that slot is out_slot. BPF sends the string (EACGM_ROW_NAMES).
+  Slot name_slot = kNoSlot;
+  Slot name_key_slot = kNoSlot;
+  // cuKernelGetFunction: the handle written through out_slot is the kernel in this argument.
+  Slot alias_slot = kNoSlot;
+  // A launch: the argument holding the kernel (a host stub, a CUfunction or a CUkernel).
+  Slot kernel_slot = kNoSlot;
+  // Bytes moved are bytes_slot's value times this (cuMemsetD32: 4 bytes per element).
+  uint8_t bytes_scale = 1;
 };
 
 // The rows of one layer; a row's index is its attach cookie and func_id.
@@ -95,6 +113,8 @@ bool is_unwinder_library(std::string_view path);
 // The row's EACGM_ROW_* flags for the BPF side (bpf/events.h): whether its
 // start is announced and whether any slot it reads is on the stack.
 uint8_t bpf_row_flags(const ProbeSpec& spec);
+// The row's `name_slots` byte for the BPF side: string slot low, handle slot high.
+uint8_t bpf_name_slots(const ProbeSpec& spec);
 
 // A decoded argument, ready to be shown or stored.
 struct DecodedArg {
@@ -118,6 +138,8 @@ uint64_t call_bytes(const ProbeSpec& spec, const RawCall& call);
 
 // The CUDA runtime's name for an error code ("cudaErrorInsufficientDriver").
 std::string_view cuda_error_name(int64_t code);
+// The CUDA driver's name for a CUresult ("CUDA_ERROR_OUT_OF_MEMORY").
+std::string_view cu_result_name(int64_t code);
 std::string_view nccl_result_name(int64_t code);
 // A status code's name in the layer's own terms ("cudaErrorMemoryAllocation",
 // "ncclSystemError"); the number as text for layers without names.

@@ -7,6 +7,7 @@
 #pragma GCC diagnostic ignored "-Wpedantic"
 #include "core.skel.h"
 #include "cuda.skel.h"
+#include "driver.skel.h"
 #include "nccl.skel.h"
 #include "os.skel.h"
 #include "python.skel.h"

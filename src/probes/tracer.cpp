@@ -236,10 +236,12 @@ Result<LayerPrograms> load_layer(Layer layer, Skel* (*open)(const bpf_object_ope
   for (size_t i = 0; i < EACGM_MAX_FUNCS; ++i) {
     skel->rodata->out_slot[i] = kNoSlot;
     skel->rodata->row_flags[i] = 0;
+    skel->rodata->name_slots[i] = 0;
   }
   for (size_t i = 0; i < table.size(); ++i) {
     skel->rodata->out_slot[i] = table[i].out_slot;
     skel->rodata->row_flags[i] = bpf_row_flags(table[i]);
+    skel->rodata->name_slots[i] = bpf_name_slots(table[i]);
   }
   skel->rodata->py_attribution = py_attribution ? 1 : 0;
   if constexpr (requires { skel->rodata->stop_on_unwind; }) {
@@ -370,6 +372,13 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
         loading.emplace_back(layer, concurrently([&, layer, multi, stop] {
                                return load_layer(layer, eacgm_nccl__open_opts, eacgm_nccl__load,
                                                  eacgm_nccl__destroy, p.core, &open_opts, multi,
+                                                 python, stop);
+                             }));
+        break;
+      case Layer::kDriver:
+        loading.emplace_back(layer, concurrently([&, layer, multi, stop] {
+                               return load_layer(layer, eacgm_driver__open_opts, eacgm_driver__load,
+                                                 eacgm_driver__destroy, p.core, &open_opts, multi,
                                                  python, stop);
                              }));
         break;

@@ -38,6 +38,8 @@ static_assert(sizeof(eacgm_py_code) ==
               40 + EACGM_PY_NAME_LEN + EACGM_PY_FILE_LEN + EACGM_PY_LINETABLE_LEN);
 static_assert(sizeof(eacgm_py_function) == 40 + EACGM_PY_NAME_LEN + EACGM_PY_FILE_LEN);
 static_assert(sizeof(eacgm_py_gc) == 24 + 8 + 8 + 4 + 4);
+static_assert(sizeof(eacgm_name) == 24 + 8 + 8 + 4 + 4 + EACGM_NAME_LEN);
+static_assert(offsetof(eacgm_name, name) == 48);
 
 namespace {
 
@@ -85,6 +87,25 @@ Result<Event> decode_call(std::span<const std::byte> data, bool finished,
   // of rax is garbage.
   call.raw.ret = call.spec->returns_status ? static_cast<int32_t>(c.ret) : c.ret;
   return Event{call};
+}
+
+Result<Event> decode_name(std::span<const std::byte> data) {
+  auto raw = read_struct<eacgm_name>(data, "name");
+  if (!raw) return raw.error();
+  std::span<const ProbeSpec> table = probe_table(static_cast<Layer>(raw->hdr.layer));
+  if (raw->func_id >= table.size() || table[raw->func_id].name_slot == kNoSlot) {
+    return Error{fmt::format("name record for function {} of layer {}, which names nothing",
+                             raw->func_id, raw->hdr.layer)};
+  }
+  HandleNameEvent e;
+  e.pid = raw->hdr.tgid;
+  e.tid = raw->hdr.tid;
+  e.ts_ns = raw->hdr.ts_ns;
+  e.spec = &table[raw->func_id];
+  e.handle = raw->key;
+  e.ret = e.spec->returns_status ? static_cast<int32_t>(raw->ret) : raw->ret;
+  e.name.assign(raw->name, strnlen(raw->name, sizeof(raw->name)));
+  return Event{std::move(e)};
 }
 
 Result<Event> decode_proc(std::span<const std::byte> data, ProcEvent::Kind kind) {
@@ -344,6 +365,8 @@ Result<Event> decode_event(std::span<const std::byte> data, const TorchOpTable* 
       return decode_py_function(data);
     case EACGM_EV_PY_GC:
       return decode_py_gc(data);
+    case EACGM_EV_NAME:
+      return decode_name(data);
     default:
       return Error{fmt::format("unknown event kind {}", header->kind)};
   }

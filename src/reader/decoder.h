@@ -32,8 +32,22 @@ struct ProcEvent {
   std::vector<std::pair<uint64_t, uint64_t>> return_slots;
 };
 
+// A traced call gave a handle a name (struct eacgm_name): a kernel's host stub, CUfunction or
+// CUkernel. Sent with the call's own event; a failed call names nothing.
+struct HandleNameEvent {
+  uint32_t pid = 0;
+  uint32_t tid = 0;
+  uint64_t ts_ns = 0;
+  const ProbeSpec* spec = nullptr;
+  uint64_t handle = 0;
+  int64_t ret = 0;
+  std::string name;
+
+  bool failed() const { return spec->returns_status && ret != 0; }
+};
+
 using Event = std::variant<CallRecord, ProcEvent, SignalEvent, OomKillEvent, MmapEvent, IoctlEvent,
-                           PySampleEvent, PyCodeEvent, PyFunctionEvent, PyGcEvent>;
+                           PySampleEvent, PyCodeEvent, PyFunctionEvent, PyGcEvent, HandleNameEvent>;
 
 // `torch`: the torch layer's rows (made at run time, see probes/torch_ops.h); without it a
 // torch call record is an error like any record of an unknown function.

@@ -74,6 +74,8 @@ void Session::add_call(const CallRecord& call) {
         torch_nesting.children_ns(call.tid, call.start_ns, call.duration_ns, call.depth);
   }
   if (keep_durations) stats.durations_ns.push_back(call.duration_ns);
+  if (keep_durations) kernels.add_launch(call, call.kernel);
+  kernels.on_call(call);
   if (call.failed()) {
     ++stats.errors;
     ++stats.errors_by_code[call.raw.ret];

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "probes/probe_table.h"
+#include "session/kernels.h"
 #include "session/nested_time.h"
 #include "session/os_events.h"
 #include "session/overhead.h"
@@ -46,6 +47,9 @@ struct CallRecord {
   uint64_t py_code = 0;
   uint64_t py_instr = 0;
   const PythonSite* py_site = nullptr;
+  // A launch's kernel, as the session's KernelTable named its handle (set by the recorder);
+  // nullptr when the call is not a launch or the kernel's name was never seen.
+  const std::string* kernel = nullptr;
 
   Layer layer() const { return spec->layer; }
   std::string_view name() const { return spec->symbol; }
@@ -187,6 +191,8 @@ class Session {
   std::vector<PyGcEvent> python_gc;  // the python layer's garbage collections
   // The torch layer's operators nest: what each call's self time excludes.
   NestedTime torch_nesting;
+  // Kernel names by handle, and every kernel's launches (cuda and driver layers).
+  KernelTable kernels;
 
   double duration_s() const { return end_ns > start_ns ? (end_ns - start_ns) / 1e9 : 0.0; }
 };

@@ -161,7 +161,18 @@ void PerfettoWriter::append_call_packets(const CallRecord& call, std::string* be
   pb::TrackEvent* event = packet.mutable_track_event();
   event->set_type(pb::TrackEvent::TYPE_SLICE_BEGIN);
   event->set_track_uuid(track);
-  event->set_name(std::string(spec.symbol));
+  if (call.kernel) {
+    // A launch is shown by what it launched; the API that launched it is an annotation.
+    auto name = kernel_names_.find(call.kernel);
+    if (name == kernel_names_.end()) {
+      name = kernel_names_.emplace(call.kernel, demangled_kernel_name(*call.kernel)).first;
+    }
+    event->set_name(name->second);
+    add_annotation(event, "api", spec.symbol);
+    add_annotation(event, "kernel", *call.kernel);
+  } else {
+    event->set_name(std::string(spec.symbol));
+  }
   event->add_categories(std::string(layer_name(spec.layer)));
 
   for (const DecodedArg& arg : call.decoded_args()) {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -111,6 +112,8 @@ class PerfettoWriter : public Sink {
   std::FILE* out_ = nullptr;
   std::FILE* events_ = nullptr;
   std::string events_buffer_;
+  // Demangled once per kernel (CallRecord::kernel points into the session's KernelTable).
+  std::unordered_map<const std::string*, std::string> kernel_names_;
   uint64_t buffer_calls_ = 0;            // calls in events_buffer_
   std::vector<Checkpoint> checkpoints_;  // one per batch in the events file, in order
   uint64_t header_bytes_ = 0;            // written before the events: 0 if that failed

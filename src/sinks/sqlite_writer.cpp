@@ -38,7 +38,21 @@ CREATE TABLE calls(
   args TEXT NOT NULL,
   py_function TEXT,
   py_file TEXT,
-  py_line INTEGER
+  py_line INTEGER,
+  kernel TEXT
+);
+CREATE TABLE kernels(
+  layer TEXT NOT NULL,
+  name TEXT NOT NULL,
+  demangled TEXT NOT NULL,
+  launches INTEGER NOT NULL,
+  errors INTEGER NOT NULL,
+  total_ns INTEGER NOT NULL,
+  p50_ns INTEGER NOT NULL,
+  p99_ns INTEGER NOT NULL,
+  shapes TEXT NOT NULL,
+  python TEXT NOT NULL,
+  PRIMARY KEY(layer, name)
 );
 CREATE TABLE collectives(
   call_id INTEGER PRIMARY KEY REFERENCES calls(id),
@@ -121,7 +135,8 @@ CREATE INDEX IF NOT EXISTS calls_by_pid_start ON calls(pid, start_ns);
 
 constexpr const char* kInsertCall =
     "INSERT INTO calls(pid, tid, layer, name, start_ns, duration_ns, ret, error, bytes, depth, "
-    "args, py_function, py_file, py_line) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    "args, py_function, py_file, py_line, kernel) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+    "?)";
 
 constexpr const char* kInsertCollective =
     "INSERT INTO collectives(call_id, comm, rank, nranks, seq) VALUES(?, ?, ?, ?, ?)";
@@ -366,6 +381,11 @@ void SqliteWriter::on_call(const CallRecord& call) {
   } else {
     for (int i : {12, 13, 14}) sqlite3_bind_null(stmt, i);
   }
+  if (call.kernel) {
+    bind_text(stmt, 15, *call.kernel);
+  } else {
+    sqlite3_bind_null(stmt, 15);
+  }
   const int rc = sqlite3_step(stmt);
   sqlite3_reset(stmt);
   if (rc != SQLITE_DONE) {
@@ -492,6 +512,7 @@ Result<void> SqliteWriter::write_session(const Session& session) {
 
   if (Result<void> r = write_os_events(session); !r.ok()) return r;
   if (Result<void> r = write_python(session); !r.ok()) return r;
+  if (Result<void> r = write_kernels(session); !r.ok()) return r;
 
   if (Result<void> r = prepare("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", &raw);
       !r.ok()) {
@@ -535,6 +556,35 @@ Result<void> SqliteWriter::write_session(const Session& session) {
 // The os layer's findings, one row each: signals, OOM kills, each process's
 // MAP_POPULATE summary, and the ioctls over the slow threshold. Rare by
 // nature (mmap calls themselves are summarized, not stored).
+// Every kernel launched, by name (unnamed launches under ''), with its figures.
+Result<void> SqliteWriter::write_kernels(const Session& session) {
+  sqlite3_stmt* raw = nullptr;
+  if (Result<void> r =
+          prepare("INSERT INTO kernels(layer, name, demangled, launches, errors, total_ns, p50_ns, "
+                  "p99_ns, shapes, python) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                  &raw);
+      !r.ok()) {
+    return r;
+  }
+  Stmt insert(raw);
+  for (const auto& [id, k] : session.kernels.stats()) {
+    sqlite3_stmt* stmt = insert.get();
+    sqlite3_reset(stmt);
+    bind_text(stmt, 1, layer_name(id.first));
+    bind_text(stmt, 2, id.second);
+    bind_text(stmt, 3, demangled_kernel_name(id.second));
+    bind_int(stmt, 4, static_cast<int64_t>(k.launches));
+    bind_int(stmt, 5, static_cast<int64_t>(k.errors));
+    bind_int(stmt, 6, static_cast<int64_t>(k.total_ns));
+    bind_int(stmt, 7, static_cast<int64_t>(k.percentile_ns(50)));
+    bind_int(stmt, 8, static_cast<int64_t>(k.percentile_ns(99)));
+    bind_text(stmt, 9, to_json(nlohmann::ordered_json(k.shapes)));
+    bind_text(stmt, 10, to_json(nlohmann::ordered_json(k.sites)));
+    if (sqlite3_step(stmt) != SQLITE_DONE) return sqlite_error("inserting kernels");
+  }
+  return {};
+}
+
 Result<void> SqliteWriter::write_python(const Session& session) {
   auto layer = session.layers.find(Layer::kPython);
   if (layer == session.layers.end()) return {};

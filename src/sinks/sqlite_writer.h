@@ -64,6 +64,7 @@ class SqliteWriter : public Sink {
   Result<void> write_session(const Session& session);
   Result<void> write_os_events(const Session& session);
   Result<void> write_python(const Session& session);
+  Result<void> write_kernels(const Session& session);
   Error sqlite_error(const std::string& what) const;
   void fail(Error error);
 

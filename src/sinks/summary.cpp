@@ -96,6 +96,62 @@ void os_report(const Session& s, Line& line) {
   }
 }
 
+// The kernels with the most launches and the most launch time, per layer: a job may launch
+// thousands of distinct kernels (every SQLite row has them all); the summary keeps the top.
+constexpr size_t kTopKernels = 20;
+
+std::vector<const std::pair<const std::pair<Layer, std::string>, KernelStats>*> top_kernels(
+    const KernelTable& kernels, Layer layer, bool by_time) {
+  std::vector<const std::pair<const std::pair<Layer, std::string>, KernelStats>*> rows;
+  for (const auto& entry : kernels.stats()) {
+    if (entry.first.first == layer) rows.push_back(&entry);
+  }
+  std::stable_sort(rows.begin(), rows.end(), [by_time](const auto* a, const auto* b) {
+    return by_time ? a->second.total_ns > b->second.total_ns
+                   : a->second.launches > b->second.launches;
+  });
+  if (rows.size() > kTopKernels) rows.resize(kTopKernels);
+  return rows;
+}
+
+nlohmann::json kernel_json(const std::string& mangled, const KernelStats& k) {
+  using nlohmann::json;
+  json shapes = json::object(), sites = json::object(), pids = json::object();
+  for (const auto& [shape, n] : k.shapes) shapes[shape] = n;
+  for (const auto& [site, n] : k.sites) sites[site] = n;
+  for (const auto& [pid, n] : k.pids) pids[std::to_string(pid)] = n;
+  return {{"name", mangled.empty() ? json(nullptr) : json(demangled_kernel_name(mangled))},
+          {"mangled", mangled.empty() ? json(nullptr) : json(mangled)},
+          {"launches", k.launches},
+          {"errors", k.errors},
+          {"total_ns", k.total_ns},
+          {"p50_ns", k.percentile_ns(50)},
+          {"p99_ns", k.percentile_ns(99)},
+          {"shapes", std::move(shapes)},
+          {"python", std::move(sites)},
+          {"pids", std::move(pids)}};
+}
+
+nlohmann::json kernels_json(const KernelTable& kernels) {
+  using nlohmann::json;
+  json out = {{"distinct", kernels.stats().size()},
+              {"names_known", kernels.names_known()},
+              {"unlisted_launches", kernels.unlisted()}};
+  for (Layer layer : {Layer::kCuda, Layer::kDriver}) {
+    json by_launches = json::array(), by_time = json::array();
+    for (const auto* e : top_kernels(kernels, layer, false)) {
+      by_launches.push_back(kernel_json(e->first.second, e->second));
+    }
+    for (const auto* e : top_kernels(kernels, layer, true)) {
+      by_time.push_back(kernel_json(e->first.second, e->second));
+    }
+    if (by_launches.empty()) continue;
+    out[std::string(layer_name(layer))] = {{"by_launches", std::move(by_launches)},
+                                           {"by_time", std::move(by_time)}};
+  }
+  return out;
+}
+
 }  // namespace
 
 nlohmann::json summary_json(const Session& s) {
@@ -186,6 +242,7 @@ nlohmann::json summary_json(const Session& s) {
   }
   out["memory"] = {{"outstanding_device_bytes", std::move(outstanding)},
                    {"peak_device_bytes", std::move(peak)}};
+  out["kernels"] = kernels_json(s.kernels);
   json anomalies = json::array();
   for (const Anomaly& a : s.anomalies) anomalies.push_back(anomaly_json(a));
   out["anomalies"] = std::move(anomalies);
@@ -257,6 +314,27 @@ size_t name_width(const std::vector<std::string_view>& names, size_t least) {
   size_t width = least;
   for (std::string_view n : names) width = std::max(width, n.size());
   return std::min<size_t>(width, 80);
+}
+
+// A launching layer's kernels, most launched first (the summary also lists them by time).
+template <typename Line>
+void kernel_report(const KernelTable& kernels, Layer layer, Line& line) {
+  const auto rows = top_kernels(kernels, layer, false);
+  if (rows.empty()) return;
+  std::vector<std::string> names;
+  for (const auto* e : rows) {
+    names.push_back(e->first.second.empty() ? "(name not seen)"
+                                            : demangled_kernel_name(e->first.second));
+  }
+  const size_t width = name_width({names.begin(), names.end()}, 24);
+  line(fmt::format("  {:<{}} {:>9} {:>7} {:>11} {:>11}", "kernel (top by launches)", width,
+                   "launches", "errors", "p50", "p99"));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const KernelStats& k = rows[i]->second;
+    std::string name = names[i].size() > width ? names[i].substr(0, width - 3) + "..." : names[i];
+    line(fmt::format("  {:<{}} {:>9} {:>7} {:>11} {:>11}", name, width, k.launches, k.errors,
+                     human_ns(k.percentile_ns(50)), human_ns(k.percentile_ns(99))));
+  }
 }
 
 // The python layer: where the threads that work spend their time. A function's time is summed
@@ -420,6 +498,7 @@ std::string text_report(const Session& s) {
         line(fmt::format("      {} x {} ({})", n, status_name(layer, code), code));
       }
     }
+    if (layer == Layer::kCuda || layer == Layer::kDriver) kernel_report(s.kernels, layer, line);
   }
   if (!s.device_memory.empty()) {
     line("\ndevice memory outstanding at end (peak):");

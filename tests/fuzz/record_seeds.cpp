@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
   }
   const std::filesystem::path dir = argv[1];
   std::filesystem::create_directories(dir);
-  for (uint32_t layer : {EACGM_LAYER_CUDA, EACGM_LAYER_NCCL, EACGM_LAYER_TORCH}) {
+  for (uint32_t layer :
+       {EACGM_LAYER_CUDA, EACGM_LAYER_NCCL, EACGM_LAYER_TORCH, EACGM_LAYER_DRIVER}) {
     auto call = with_header<eacgm_call>(EACGM_EV_CALL, layer);
     write_one(dir, ("call-" + std::to_string(layer)).c_str(), call);
     call.hdr.kind = EACGM_EV_CALL_BEGIN;
@@ -57,6 +58,13 @@ int main(int argc, char** argv) {
        {EACGM_EV_PROC_FORK, EACGM_EV_PROC_EXEC, EACGM_EV_PROC_EXIT, EACGM_EV_DL_STOP}) {
     write_one(dir, ("proc-" + std::to_string(kind)).c_str(), with_header<eacgm_proc>(kind, 0));
   }
+  // A kernel's name: the driver table's cuModuleGetFunction is row 64 (probe_table.cpp; checked by
+  // DriverTable.NamingRowsTellBpfWhereTheNameAndHandleAre); the
+  // fuzzer's mutations find the other rows.
+  auto name = with_header<eacgm_name>(EACGM_EV_NAME, EACGM_LAYER_DRIVER);
+  name.func_id = 64;
+  std::strcpy(name.name, "_Z6vecAddPfS_S_i");
+  write_one(dir, "name", name);
   auto unwind = with_header<eacgm_unwind_stop>(EACGM_EV_UNWIND_STOP, EACGM_LAYER_TORCH);
   write_one(dir, "unwind-stop", unwind);
   write_one(dir, "signal", with_header<eacgm_signal>(EACGM_EV_SIGNAL, EACGM_LAYER_OS));

@@ -1,0 +1,6 @@
+/* CUDA driver layer (libcuda.so.1): the rows of src/probes/probe_table.cpp's
+ * driver table. NVIDIA's runtime is built on the driver, so a driver call made
+ * inside a traced runtime call is that call's own work and is not traced again. */
+#include "bpf/common.bpf.h"
+
+EACGM_TABLE_LAYER_INNER_OF(EACGM_LAYER_DRIVER, EACGM_LAYER_CUDA)

@@ -1,0 +1,193 @@
+// Kernels by name: the driver table's rows, the name record a naming call sends, and the
+// session's KernelTable (names per process, aliases, reuse of a handle, launches per kernel).
+#include "session/kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "analysis/features.h"
+#include "probe_row.h"
+#include "reader/decoder.h"
+#include "session/session.h"
+
+namespace eacgm {
+namespace {
+
+uint32_t row_number(Layer layer, std::string_view symbol) {
+  const ProbeSpec& spec = probe_row(layer, symbol);
+  return static_cast<uint32_t>(&spec - probe_table(layer).data());
+}
+
+CallRecord driver_call(std::string_view symbol, uint32_t pid = 10) {
+  CallRecord call;
+  call.pid = pid;
+  call.tid = pid;
+  call.spec = &probe_row(Layer::kDriver, symbol);
+  call.duration_ns = 1000;
+  return call;
+}
+
+CallRecord launch(uint64_t handle, uint32_t pid = 10, uint64_t ns = 1000) {
+  CallRecord call = driver_call("cuLaunchKernel", pid);
+  call.raw.args[kRdi] = handle;
+  call.raw.args[kRsi] = 4;  // grid (4,2,1)
+  call.raw.args[kRdx] = 2;
+  call.raw.args[kRcx] = 1;
+  call.raw.args[kR8] = 128;  // block (128,1,1)
+  call.raw.args[kR9] = 1;
+  call.raw.args[kStack0] = 1;
+  call.raw.args[kStack1] = 512;
+  call.duration_ns = ns;
+  return call;
+}
+
+TEST(DriverTable, LaunchShapesAndMemsetBytesDecode) {
+  CallRecord call = launch(0x1234);
+  std::vector<std::string> texts;
+  for (const DecodedArg& a : call.decoded_args())
+    texts.push_back(std::string(a.name) + "=" + a.text);
+  EXPECT_EQ(texts, (std::vector<std::string>{"f=0x1234", "grid=(4,2,1)", "block=(128,1,1)",
+                                             "sharedMemBytes=512"}));
+  // blockDimZ and sharedMemBytes are stack words: the row must ask BPF for them.
+  EXPECT_TRUE(bpf_row_flags(*call.spec) & EACGM_ROW_STACK_ARGS);
+  CallRecord set = driver_call("cuMemsetD32_v2");
+  set.raw.args[kRdx] = 100;
+  EXPECT_EQ(set.bytes(), 400u);
+  CallRecord set16 = driver_call("cuMemsetD16Async");
+  set16.raw.args[kRdx] = 100;
+  EXPECT_EQ(set16.bytes(), 200u);
+}
+
+TEST(DriverTable, NamingRowsTellBpfWhereTheNameAndHandleAre) {
+  const ProbeSpec& get = probe_row(Layer::kDriver, "cuModuleGetFunction");
+  EXPECT_EQ(row_number(Layer::kDriver, "cuModuleGetFunction"), 64u);  // the fuzzer's seed's row
+  EXPECT_TRUE(bpf_row_flags(get) & EACGM_ROW_NAMES);
+  EXPECT_EQ(bpf_name_slots(get), EACGM_NAME_KEY_OUT << 4 | kRdx);
+  const ProbeSpec& reg = probe_row(Layer::kCuda, "__cudaRegisterFunction");
+  EXPECT_EQ(bpf_name_slots(reg), kRsi << 4 | kRdx);
+  EXPECT_FALSE(bpf_row_flags(probe_row(Layer::kDriver, "cuLaunchKernel")) & EACGM_ROW_NAMES);
+  EXPECT_EQ(bpf_name_slots(probe_row(Layer::kDriver, "cuLaunchKernel")), 0);
+}
+
+TEST(DriverTable, ResultsAreNamedAsCudaHNamesThem) {
+  EXPECT_EQ(status_name(Layer::kDriver, 0), "CUDA_SUCCESS");
+  EXPECT_EQ(status_name(Layer::kDriver, 34), "CUDA_ERROR_STUB_LIBRARY");
+  EXPECT_EQ(status_name(Layer::kDriver, 400), "CUDA_ERROR_INVALID_HANDLE");
+  EXPECT_EQ(status_name(Layer::kDriver, 999), "CUDA_ERROR_UNKNOWN");
+  EXPECT_EQ(status_name(Layer::kDriver, 12345), "CUDA_ERROR_UNKNOWN_CODE");
+  EXPECT_EQ(layer_from_name("driver"), Layer::kDriver);
+  EXPECT_EQ(library_layer("/usr/lib/x86_64-linux-gnu/libcuda.so.1"), Layer::kDriver);
+  EXPECT_EQ(library_layer("/usr/local/cuda/lib64/libcudart.so.13"), Layer::kCuda);
+}
+
+TEST(DriverTable, DriverCallsHaveTheRuntimeCallsClasses) {
+  EXPECT_EQ(api_class(Layer::kDriver, "cuLaunchKernel"), ApiClass::kLaunch);
+  EXPECT_EQ(api_class(Layer::kDriver, "cuLaunchKernelEx_ptsz"), ApiClass::kLaunch);
+  EXPECT_EQ(api_class(Layer::kCuda, "cudaLaunchKernel_ptsz"), ApiClass::kLaunch);
+  EXPECT_EQ(api_class(Layer::kDriver, "cuStreamSynchronize"), ApiClass::kSync);
+  EXPECT_EQ(api_class(Layer::kDriver, "cuMemcpyHtoDAsync_v2"), ApiClass::kCopy);
+  EXPECT_EQ(api_class(Layer::kDriver, "cuMemAlloc_v2"), ApiClass::kAlloc);
+  EXPECT_EQ(api_class(Layer::kDriver, "cuMemFree_v2"), ApiClass::kFree);
+  EXPECT_EQ(api_class(Layer::kDriver, "cuModuleGetFunction"), ApiClass::kOther);
+}
+
+TEST(NameRecord, DecodesToTheHandleAndItsName) {
+  eacgm_name n{};
+  n.hdr = {EACGM_EV_NAME, 10, 11, EACGM_LAYER_DRIVER, 500};
+  n.key = 0x7d00;
+  n.ret = 0xffffffff00000000ull;  // garbage above a 32-bit CUresult: success
+  n.func_id = row_number(Layer::kDriver, "cuModuleGetFunction");
+  std::strcpy(n.name, "_Z6vecAddPfS_S_i");
+  std::vector<std::byte> bytes(sizeof(n));
+  std::memcpy(bytes.data(), &n, sizeof(n));
+  auto event = decode_event(bytes);
+  ASSERT_TRUE(event.ok()) << event.error().message;
+  const auto& named = std::get<HandleNameEvent>(*event);
+  EXPECT_EQ(named.pid, 10u);
+  EXPECT_EQ(named.handle, 0x7d00u);
+  EXPECT_FALSE(named.failed());
+  EXPECT_EQ(named.name, "_Z6vecAddPfS_S_i");
+  // A name record claiming a row that names nothing, or none at all, is rejected.
+  n.func_id = row_number(Layer::kDriver, "cuLaunchKernel");
+  std::memcpy(bytes.data(), &n, sizeof(n));
+  EXPECT_FALSE(decode_event(bytes).ok());
+  n.func_id = 5000;
+  std::memcpy(bytes.data(), &n, sizeof(n));
+  EXPECT_FALSE(decode_event(bytes).ok());
+  bytes.resize(sizeof(n) - 1);
+  EXPECT_FALSE(decode_event(bytes).ok());
+}
+
+TEST(KernelTable, LaunchesAreNamedPerProcessAndAliasesFollow) {
+  Session s;
+  s.kernels.name_handle(10, 0x100, "_Z6vecAddPfS_S_i");
+  s.kernels.name_handle(11, 0x100, "_Z7reluFwdPfi");  // the same handle in another process
+  CallRecord alias = driver_call("cuKernelGetFunction");
+  alias.raw.args[kRsi] = 0x100;
+  alias.raw.out_value = 0x200;
+  s.add_call(alias);
+  for (auto [handle, pid] : {std::pair{0x100u, 10u}, {0x200u, 10u}, {0x100u, 11u}, {0x300u, 10u}}) {
+    CallRecord call = launch(handle, pid);
+    call.kernel = s.kernels.kernel_of(call);
+    s.add_call(call);
+  }
+  const auto& stats = s.kernels.stats();
+  ASSERT_EQ(stats.size(), 3u);
+  EXPECT_EQ(stats.at({Layer::kDriver, "_Z6vecAddPfS_S_i"}).launches, 2u);
+  EXPECT_EQ(stats.at({Layer::kDriver, "_Z7reluFwdPfi"}).launches, 1u);
+  EXPECT_EQ(stats.at({Layer::kDriver, ""}).launches, 1u);  // never named
+  const KernelStats& vec = stats.at({Layer::kDriver, "_Z6vecAddPfS_S_i"});
+  EXPECT_EQ(vec.shapes, (std::map<std::string, uint64_t>{{"grid (4,2,1) block (128,1,1)", 2}}));
+  EXPECT_EQ(vec.pids, (std::map<uint32_t, uint64_t>{{10, 2}}));
+}
+
+TEST(KernelTable, AReusedHandleNamesTheNewKernelAndOldCallsKeepTheirs) {
+  KernelTable t;
+  t.name_handle(10, 0x100, "_Z3oldv");
+  CallRecord first = launch(0x100);
+  const std::string* before = t.kernel_of(first);
+  ASSERT_NE(before, nullptr);
+  t.name_handle(10, 0x100, "_Z3newv");
+  EXPECT_EQ(*before, "_Z3oldv");  // still valid: calls already point to it
+  EXPECT_EQ(*t.kernel_of(first), "_Z3newv");
+  t.name_handle(10, 0, "_Z4nullv");  // a null handle names nothing
+  t.name_handle(10, 0x400, "");
+  EXPECT_EQ(t.names_known(), 1u);
+}
+
+TEST(KernelTable, FailedLaunchesCountAsErrorsWithoutShapes) {
+  KernelTable t;
+  t.name_handle(10, 0x100, "_Z6vecAddPfS_S_i");
+  CallRecord bad = launch(0x100, 10, 50);
+  bad.raw.ret = 400;
+  t.add_launch(bad, t.kernel_of(bad));
+  const KernelStats& k = t.stats().at({Layer::kDriver, "_Z6vecAddPfS_S_i"});
+  EXPECT_EQ(k.launches, 1u);
+  EXPECT_EQ(k.errors, 1u);
+  EXPECT_TRUE(k.shapes.empty());
+  EXPECT_EQ(k.percentile_ns(50), 50u);
+}
+
+TEST(KernelTable, DistinctKernelsAreBounded) {
+  KernelTable t;
+  for (uint64_t i = 1; i <= KernelTable::kMaxKernels + 10; ++i) {
+    t.name_handle(10, i, "_Z1kv" + std::to_string(i));
+    CallRecord call = launch(i);
+    t.add_launch(call, t.kernel_of(call));
+  }
+  EXPECT_EQ(t.stats().size(), KernelTable::kMaxKernels);
+  EXPECT_EQ(t.unlisted(), 10u);
+}
+
+TEST(KernelNames, AreDemangledForPeopleAndKeptOtherwise) {
+  EXPECT_EQ(demangled_kernel_name("_Z6vecAddPfS_S_i"), "vecAdd(float*, float*, float*, int)");
+  EXPECT_EQ(demangled_kernel_name("_Z4gemmILi128EEvPKfS1_Pfiii"),
+            "void gemm<128>(float const*, float const*, float*, int, int, int)");
+  EXPECT_EQ(demangled_kernel_name("triton_poi_fused_add_0"), "triton_poi_fused_add_0");
+  EXPECT_EQ(demangled_kernel_name("_Znot a name"), "_Znot a name");
+}
+
+}  // namespace
+}  // namespace eacgm
