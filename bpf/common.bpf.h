@@ -49,6 +49,8 @@ struct eacgm_frame {
   __u64 py_instr;
   __u32 func_id;
   __u32 layer;
+  __u32 flags; /* EACGM_CALL_* of the call's event */
+  __u32 pad;
 };
 
 /* Entry and return are paired here, per thread: one finished call is one
@@ -141,23 +143,24 @@ static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
     return 0;
   }
   /* A call made inside an open call of layer `inner_of` is that call's own
-   * work (cudaLaunchKernel runs cuLaunchKernel): one launch is one launch.
-   * Not pushed, so its return finds the outer frame and is ignored. */
+   * work (cudaLaunchKernel runs cuLaunchKernel): marked EACGM_CALL_INNER, so
+   * that one launch is counted as one launch. */
   /* The index checked where the verifier sees it: the compiler would drop a
    * mask it can prove redundant, and the verifier cannot follow that proof. */
   __u64 slot = d; /* 64 bits: a u32 would be zero-extended again after the check */
   barrier_var(slot);
   if (slot >= EACGM_MAX_DEPTH) return 0;
+  __u32 call_flags = 0;
   if (inner_of && slot > 0) {
     __u64 below = slot - 1;
     barrier_var(below);
     if (below < EACGM_MAX_DEPTH && st->frames[below].layer == inner_of) {
-      st->depth = d;
-      return 0;
+      call_flags = EACGM_CALL_INNER;
     }
   }
   st->depth = d + 1;
   struct eacgm_frame* f = &st->frames[slot];
+  f->flags = call_flags;
   f->sp = sp;
   f->func_id = (__u32)bpf_get_attach_cookie(ctx);
   f->layer = layer;
@@ -198,6 +201,8 @@ static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
   e->depth = d;
   e->py_code = f->py_code;
   e->py_instr = f->py_instr;
+  e->flags = f->flags;
+  e->pad = 0;
   eacgm_submit_call(e);
   return 0;
 }
@@ -278,6 +283,8 @@ static __always_inline int eacgm_call_return(struct pt_regs* ctx, __u32 layer,
   e->depth = d;
   e->py_code = f->py_code;
   e->py_instr = f->py_instr;
+  e->flags = f->flags;
+  e->pad = 0;
   if (row_flags[func_id & (EACGM_MAX_FUNCS - 1)] & EACGM_ROW_NAMES)
     eacgm_send_name(f, id, layer, e->out_value, e->ret,
                     name_slots[func_id & (EACGM_MAX_FUNCS - 1)]);
@@ -290,7 +297,7 @@ static __always_inline int eacgm_call_return(struct pt_regs* ctx, __u32 layer,
  * whose pointee is read at return (0xff: none), the row's EACGM_ROW_* flags
  * and where a naming row's name and handle are; one generic entry and one
  * generic return program, the attach cookie saying which row fired. Calls
- * made inside an open call of layer `inner_of` (0: none) are not traced. */
+ * made inside an open call of layer `inner_of` (0: none) are marked inner. */
 #define EACGM_TABLE_LAYER_INNER_OF(layer_id, inner_of)                                   \
   const volatile __u8 out_slot[EACGM_MAX_FUNCS];                                        \
   const volatile __u8 row_flags[EACGM_MAX_FUNCS];                                       \
@@ -303,7 +310,7 @@ static __always_inline int eacgm_call_return(struct pt_regs* ctx, __u32 layer,
   int BPF_KRETPROBE(call_return) {                                                      \
     return eacgm_call_return(ctx, layer_id, out_slot, row_flags, name_slots);           \
   }
-/* ... a layer none of whose calls is another's own work. */
+/* ... a layer built on no other traced layer. */
 #define EACGM_TABLE_LAYER(layer_id) EACGM_TABLE_LAYER_INNER_OF(layer_id, 0)
 
 #endif /* EACGM_COMMON_BPF_H */

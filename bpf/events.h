@@ -101,7 +101,14 @@ struct eacgm_call {
    * instruction word (struct eacgm_py_frame); 0 otherwise. */
   __u64 py_code;
   __u64 py_instr;
+  __u32 flags; /* EACGM_CALL_* */
+  __u32 pad;
 };
+
+/* The call ran inside an open call of the layer its own layer is built on
+ * (cuLaunchKernel inside cudaLaunchKernel): that call's inner part, kept in
+ * the timeline and the database but never counted a second time. */
+#define EACGM_CALL_INNER 0x1
 
 /* Sent just before the call event of a row with EACGM_ROW_NAMES. */
 struct eacgm_name {

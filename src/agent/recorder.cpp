@@ -294,6 +294,18 @@ void Recorder::on_call(const CallRecord& event) {
   CallRecord call = event;
   if (call.py_code != 0) call.py_site = python_.site(call.pid, call.py_code, call.py_instr);
   call.kernel = session_.kernels.kernel_of(call);
+  if (call.inner) {
+    // NVIDIA's runtime running on the driver: part of the runtime call around it. Shown nested
+    // in the timeline and kept in the database, never a second launch, allocation or sample.
+    session_.kernels.on_call(call);
+    auto& inner = session_.layers[call.layer()].inner_calls;
+    auto it = inner.find(call.name());
+    if (it == inner.end()) it = inner.emplace(std::string(call.name()), 0).first;
+    ++it->second;
+    ++session_.events_recorded;
+    for (auto& sink : sinks_) sink->on_call(call);
+    return;
+  }
   if (layers_.contains(Layer::kPython)) {
     python_.note_traced_call(call.pid, call.tid, call.start_ns, call.duration_ns);
   }

@@ -14,7 +14,8 @@ namespace eacgm {
 // mirrored here must fail the build, not misdecode silently.
 static_assert(sizeof(eacgm_header) == 24);
 static_assert(offsetof(eacgm_header, ts_ns) == 16);
-static_assert(sizeof(eacgm_call) == 24 + 8 + 64 + 8 + 8 + 4 + 4 + 2 * 8);
+static_assert(sizeof(eacgm_call) == 24 + 8 + 64 + 8 + 8 + 4 + 4 + 2 * 8 + 4 + 4);
+static_assert(offsetof(eacgm_call, flags) == 136);
 static_assert(offsetof(eacgm_call, args) == 32);
 static_assert(offsetof(eacgm_call, ret) == 104);
 static_assert(offsetof(eacgm_call, func_id) == 112);
@@ -82,6 +83,7 @@ Result<Event> decode_call(std::span<const std::byte> data, bool finished,
   std::memcpy(call.raw.args.data(), c.args, sizeof(c.args));
   call.py_code = c.py_code;
   call.py_instr = c.py_instr;
+  call.inner = (c.flags & EACGM_CALL_INNER) != 0;
   call.raw.out_value = c.out_value;
   // Status codes (cudaError_t, ncclResult_t) are 32-bit ints: the upper half
   // of rax is garbage.

@@ -112,6 +112,7 @@ ServeMetrics::ApiStats& ServeMetrics::api(const CallRecord& call) {
 }
 
 void ServeMetrics::on_call(const CallRecord& call) {
+  if (call.inner) return;  // the runtime call around it is the one call (a launch counted once)
   std::lock_guard lock(mu_);
   if (auto it = calls_by_process_.find(call.pid); it != calls_by_process_.end()) {
     ++it->second[call.spec->layer];

@@ -54,6 +54,13 @@ void KernelTable::add_launch(const CallRecord& call, const std::string* kernel) 
     it = stats_.emplace(id, KernelStats{}).first;
   }
   KernelStats& k = it->second;
+  std::vector<PendingLaunch>& pending = pending_[call.tid];
+  if (pending.size() >= kMaxPendingPerThread) {
+    // No operator ever closed around these (the torch layer is off, or the launches come from
+    // outside PyTorch): forget the older half.
+    pending.erase(pending.begin(), pending.begin() + kMaxPendingPerThread / 2);
+  }
+  pending.push_back({call.start_ns, &k});
   ++k.launches;
   k.total_ns += call.duration_ns;
   k.durations_ns.push_back(call.duration_ns);
@@ -77,6 +84,25 @@ void KernelTable::add_launch(const CallRecord& call, const std::string* kernel) 
     std::string site = fmt::format("{} line {}", call.py_site->function, call.py_site->line);
     if (k.sites.size() < 32 || k.sites.contains(site)) ++k.sites[site];
   }
+}
+
+void KernelTable::on_torch_op(const CallRecord& op) {
+  auto it = pending_.find(op.tid);
+  if (it == pending_.end()) return;
+  std::vector<PendingLaunch>& pending = it->second;
+  const uint64_t end_ns = op.start_ns + op.duration_ns;
+  std::string name(op.name());
+  std::erase_if(pending, [&](const PendingLaunch& p) {
+    if (p.start_ns >= op.start_ns && p.start_ns <= end_ns) {
+      if (p.kernel->torch_ops.size() < 32 || p.kernel->torch_ops.contains(name)) {
+        ++p.kernel->torch_ops[name];
+      }
+      return true;
+    }
+    // An outermost operator has ended: a launch before it that no operator claimed was made
+    // outside every operator.
+    return op.depth == 0 && p.start_ns < end_ns;
+  });
 }
 
 std::string demangled_kernel_name(std::string_view mangled) {

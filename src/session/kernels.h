@@ -23,11 +23,12 @@ struct CallRecord;
 struct KernelStats {
   uint64_t launches = 0;
   uint64_t errors = 0;
-  uint64_t total_ns = 0;                   // CPU time inside the launch calls
-  std::vector<uint64_t> durations_ns;      // every launch's, for exact percentiles
-  std::map<std::string, uint64_t> shapes;  // "grid (x,y,z) block (x,y,z)" -> launches
-  std::map<std::string, uint64_t> sites;   // the Python line that launched it -> launches
-  std::map<uint32_t, uint64_t> pids;       // launches per process
+  uint64_t total_ns = 0;                      // CPU time inside the launch calls
+  std::vector<uint64_t> durations_ns;         // every launch's, for exact percentiles
+  std::map<std::string, uint64_t> shapes;     // "grid (x,y,z) block (x,y,z)" -> launches
+  std::map<std::string, uint64_t> sites;      // the Python line that launched it -> launches
+  std::map<std::string, uint64_t> torch_ops;  // the innermost torch operator around it -> launches
+  std::map<uint32_t, uint64_t> pids;          // launches per process
 
   uint64_t percentile_ns(double p) const;
 };
@@ -45,6 +46,10 @@ class KernelTable {
   const std::string* kernel_of(const CallRecord& call) const;
   // Folds a launch into its kernel's figures (`kernel` from kernel_of, or nullptr: unnamed).
   void add_launch(const CallRecord& call, const std::string* kernel);
+  // A torch operator finished: the launches its thread made inside it, not yet claimed by an
+  // operator it called, were made by it. (Operators return after what they launched, so each
+  // launch waits here for the innermost operator around it.)
+  void on_torch_op(const CallRecord& op);
 
   // By (layer, mangled name); unnamed launches are under "" per layer.
   const std::map<std::pair<Layer, std::string>, KernelStats>& stats() const { return stats_; }
@@ -64,6 +69,13 @@ class KernelTable {
   std::unordered_map<std::pair<uint32_t, uint64_t>, const std::string*, HandleHash> names_;
   std::map<std::pair<Layer, std::string>, KernelStats> stats_;
   uint64_t unlisted_ = 0;
+  // Per thread, launches waiting for the operator around them: start time and kernel.
+  struct PendingLaunch {
+    uint64_t start_ns;
+    KernelStats* kernel;
+  };
+  static constexpr size_t kMaxPendingPerThread = 4096;
+  std::unordered_map<uint32_t, std::vector<PendingLaunch>> pending_;
 };
 
 // A kernel's name for people: the demangled C++ name, or the name itself when it is not mangled.

@@ -70,6 +70,7 @@ void Session::add_call(const CallRecord& call) {
   stats.total_ns += call.duration_ns;
   stats.self_ns += call.duration_ns;
   if (call.layer() == Layer::kTorch) {
+    kernels.on_torch_op(call);
     stats.self_ns -=
         torch_nesting.children_ns(call.tid, call.start_ns, call.duration_ns, call.depth);
   }

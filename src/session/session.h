@@ -50,6 +50,9 @@ struct CallRecord {
   // A launch's kernel, as the session's KernelTable named its handle (set by the recorder);
   // nullptr when the call is not a launch or the kernel's name was never seen.
   const std::string* kernel = nullptr;
+  // The call ran inside an open call of the layer its layer is built on (a driver call made by
+  // the CUDA runtime): that call's own work, in the timeline and the database, never counted.
+  bool inner = false;
 
   Layer layer() const { return spec->layer; }
   std::string_view name() const { return spec->symbol; }
@@ -131,7 +134,9 @@ struct LayerState {
   // path before it starts, and a job may never load them (a CUDA toolkit on a CPU-only job).
   bool loaded_by_job = true;
   std::map<std::string, CallStats, std::less<>> calls;  // by symbol name
-  nlohmann::json extra = nlohmann::json::object();      // layer-specific figures (nccl: ranks)
+  // Calls that were another layer's call's inner part (CallRecord::inner), by symbol name.
+  std::map<std::string, uint64_t, std::less<>> inner_calls = {};
+  nlohmann::json extra = nlohmann::json::object();  // layer-specific figures (nccl: ranks)
 };
 
 // What an output of the session could not hold: a write failed (a full disk) and the rest of it,

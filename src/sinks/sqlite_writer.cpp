@@ -39,7 +39,8 @@ CREATE TABLE calls(
   py_function TEXT,
   py_file TEXT,
   py_line INTEGER,
-  kernel TEXT
+  kernel TEXT,
+  inner_call INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE kernels(
   layer TEXT NOT NULL,
@@ -52,6 +53,7 @@ CREATE TABLE kernels(
   p99_ns INTEGER NOT NULL,
   shapes TEXT NOT NULL,
   python TEXT NOT NULL,
+  torch_ops TEXT NOT NULL,
   PRIMARY KEY(layer, name)
 );
 CREATE TABLE collectives(
@@ -135,8 +137,8 @@ CREATE INDEX IF NOT EXISTS calls_by_pid_start ON calls(pid, start_ns);
 
 constexpr const char* kInsertCall =
     "INSERT INTO calls(pid, tid, layer, name, start_ns, duration_ns, ret, error, bytes, depth, "
-    "args, py_function, py_file, py_line, kernel) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-    "?)";
+    "args, py_function, py_file, py_line, kernel, inner_call) "
+    "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
 constexpr const char* kInsertCollective =
     "INSERT INTO collectives(call_id, comm, rank, nranks, seq) VALUES(?, ?, ?, ?, ?)";
@@ -386,6 +388,7 @@ void SqliteWriter::on_call(const CallRecord& call) {
   } else {
     sqlite3_bind_null(stmt, 15);
   }
+  bind_int(stmt, 16, call.inner ? 1 : 0);
   const int rc = sqlite3_step(stmt);
   sqlite3_reset(stmt);
   if (rc != SQLITE_DONE) {
@@ -561,7 +564,7 @@ Result<void> SqliteWriter::write_kernels(const Session& session) {
   sqlite3_stmt* raw = nullptr;
   if (Result<void> r =
           prepare("INSERT INTO kernels(layer, name, demangled, launches, errors, total_ns, p50_ns, "
-                  "p99_ns, shapes, python) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                  "p99_ns, shapes, python, torch_ops) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                   &raw);
       !r.ok()) {
     return r;
@@ -580,6 +583,7 @@ Result<void> SqliteWriter::write_kernels(const Session& session) {
     bind_int(stmt, 8, static_cast<int64_t>(k.percentile_ns(99)));
     bind_text(stmt, 9, to_json(nlohmann::ordered_json(k.shapes)));
     bind_text(stmt, 10, to_json(nlohmann::ordered_json(k.sites)));
+    bind_text(stmt, 11, to_json(nlohmann::ordered_json(k.torch_ops)));
     if (sqlite3_step(stmt) != SQLITE_DONE) return sqlite_error("inserting kernels");
   }
   return {};

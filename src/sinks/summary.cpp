@@ -119,6 +119,8 @@ nlohmann::json kernel_json(const std::string& mangled, const KernelStats& k) {
   json shapes = json::object(), sites = json::object(), pids = json::object();
   for (const auto& [shape, n] : k.shapes) shapes[shape] = n;
   for (const auto& [site, n] : k.sites) sites[site] = n;
+  json ops = json::object();
+  for (const auto& [op, n] : k.torch_ops) ops[op] = n;
   for (const auto& [pid, n] : k.pids) pids[std::to_string(pid)] = n;
   return {{"name", mangled.empty() ? json(nullptr) : json(demangled_kernel_name(mangled))},
           {"mangled", mangled.empty() ? json(nullptr) : json(mangled)},
@@ -129,6 +131,7 @@ nlohmann::json kernel_json(const std::string& mangled, const KernelStats& k) {
           {"p99_ns", k.percentile_ns(99)},
           {"shapes", std::move(shapes)},
           {"python", std::move(sites)},
+          {"torch_ops", std::move(ops)},
           {"pids", std::move(pids)}};
 }
 
@@ -228,6 +231,11 @@ nlohmann::json summary_json(const Session& s) {
         calls[name] = std::move(c);
       }
       l[calls_key(layer)] = std::move(calls);
+      if (!state.inner_calls.empty()) {
+        json inner = json::object();
+        for (const auto& [name, n] : state.inner_calls) inner[name] = n;
+        l["inner_calls"] = std::move(inner);
+      }
       for (const auto& [key, value] : state.extra.items()) l[key] = value;
     }
     layers[std::string(layer_name(layer))] = std::move(l);

@@ -181,6 +181,51 @@ TEST(KernelTable, DistinctKernelsAreBounded) {
   EXPECT_EQ(t.unlisted(), 10u);
 }
 
+TEST(KernelTable, ALaunchIsChargedToTheInnermostTorchOperatorAroundIt) {
+  static const ProbeSpec kMm{.symbol = "aten::mm", .layer = Layer::kTorch, .args = {}};
+  static const ProbeSpec kLinear{.symbol = "aten::linear", .layer = Layer::kTorch, .args = {}};
+  auto op = [](const ProbeSpec& spec, uint64_t start, uint64_t ns, uint32_t depth) {
+    CallRecord call;
+    call.pid = call.tid = 10;
+    call.spec = &spec;
+    call.start_ns = start;
+    call.duration_ns = ns;
+    call.depth = depth;
+    return call;
+  };
+  Session s;
+  s.kernels.name_handle(10, 0x100, "_Z4gemmv");
+  // aten::linear [100, 400] calls aten::mm [150, 300], which launches at 200; linear itself
+  // launches at 350; a launch at 500 is outside every operator. Events arrive as calls return.
+  for (uint64_t start : {200u, 350u, 500u}) {
+    CallRecord call = launch(0x100);
+    call.start_ns = start;
+    call.depth = start == 500 ? 0 : 2;
+    call.kernel = s.kernels.kernel_of(call);
+    if (start == 350) s.add_call(op(kMm, 150, 150, 1));
+    if (start == 500) s.add_call(op(kLinear, 100, 300, 0));
+    s.add_call(call);
+  }
+  const KernelStats& k = s.kernels.stats().at({Layer::kDriver, "_Z4gemmv"});
+  EXPECT_EQ(k.launches, 3u);
+  EXPECT_EQ(k.torch_ops, (std::map<std::string, uint64_t>{{"aten::linear", 1}, {"aten::mm", 1}}));
+}
+
+TEST(CallRecord, AnInnerCallIsMarkedSo) {
+  eacgm_call c{};
+  c.hdr = {EACGM_EV_CALL, 10, 11, EACGM_LAYER_DRIVER, 500};
+  c.func_id = row_number(Layer::kDriver, "cuLaunchKernel");
+  c.flags = EACGM_CALL_INNER;
+  std::vector<std::byte> bytes(sizeof(c));
+  std::memcpy(bytes.data(), &c, sizeof(c));
+  auto event = decode_event(bytes);
+  ASSERT_TRUE(event.ok()) << event.error().message;
+  EXPECT_TRUE(std::get<CallRecord>(*event).inner);
+  c.flags = 0;
+  std::memcpy(bytes.data(), &c, sizeof(c));
+  EXPECT_FALSE(std::get<CallRecord>(*decode_event(bytes)).inner);
+}
+
 TEST(KernelNames, AreDemangledForPeopleAndKeptOtherwise) {
   EXPECT_EQ(demangled_kernel_name("_Z6vecAddPfS_S_i"), "vecAdd(float*, float*, float*, int)");
   EXPECT_EQ(demangled_kernel_name("_Z4gemmILi128EEvPKfS1_Pfiii"),
