@@ -17,6 +17,7 @@
 #include "cli/doctor.h"
 #include "cli/gmm_command.h"
 #include "cli/numeric_flags.h"
+#include "cli/scan_command.h"
 #include "cli/serve_command.h"
 #include "probes/torch_ops.h"
 
@@ -135,6 +136,8 @@ int main(int argc, char** argv) {
   eacgm::add_cluster_command(app, run_cluster);
   std::function<int()> run_analyze;
   eacgm::add_analyze_commands(app, run_analyze);
+  std::function<int()> run_scan;
+  eacgm::add_scan_command(app, run_scan);
 
   CLI::App* doctor = app.add_subcommand("doctor", "check whether this machine can trace, and what");
   doctor->add_option("--nvml-lib", doctor_nvml,
@@ -195,6 +198,7 @@ int main(int argc, char** argv) {
   if (run_serve) return run_serve();
   if (run_cluster) return run_cluster();
   if (run_analyze) return run_analyze();
+  if (run_scan) return run_scan();
   if (app.got_subcommand("doctor")) return eacgm::run_doctor(doctor_nvml);
   if (app.got_subcommand("record")) {
     for (const std::string& extra : record->remaining()) command.push_back(extra);

@@ -1,0 +1,5 @@
+import torch
+
+
+def half_written(x:
+    return torch.lstsq(x, x)
