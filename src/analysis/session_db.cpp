@@ -119,12 +119,20 @@ Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string
     }
   }
   Stmt s;
+  // A driver call inside a runtime call (`inner_call`) is that call's own work: replayed once, as
+  // the live run counted it. Sessions before the driver layer have no such column and no such row.
   if (auto r = prepare(
           "SELECT pid, layer, name, start_ns, duration_ns, bytes, error IS NOT NULL, args FROM "
-          "calls ORDER BY id",
+          "calls WHERE inner_call = 0 ORDER BY id",
           s);
       !r) {
-    return r.error();
+    if (auto old = prepare(
+            "SELECT pid, layer, name, start_ns, duration_ns, bytes, error IS NOT NULL, args FROM "
+            "calls ORDER BY id",
+            s);
+        !old) {
+      return old.error();
+    }
   }
   std::map<std::pair<Layer, std::string_view>, MemoryRole> roles;
   std::unordered_map<uint32_t, std::pair<int64_t, std::unordered_map<uint64_t, uint64_t>>> memory;

@@ -8,9 +8,12 @@
 #include <vector>
 
 #include "analysis/features.h"
+#include "analysis/session_db.h"
 #include "probe_row.h"
 #include "reader/decoder.h"
 #include "session/session.h"
+#include "sinks/sqlite_writer.h"
+#include "test_support.h"
 
 namespace eacgm {
 namespace {
@@ -224,6 +227,37 @@ TEST(CallRecord, AnInnerCallIsMarkedSo) {
   c.flags = 0;
   std::memcpy(bytes.data(), &c, sizeof(c));
   EXPECT_FALSE(std::get<CallRecord>(*decode_event(bytes)).inner);
+}
+
+TEST(CallRecord, AnInnerCallIsWrittenButReplayedOnce) {
+  // cudaMalloc ran cuMemAlloc_v2: the database keeps both, the offline analysis sees one.
+  TempDir dir;
+  auto writer = SqliteWriter::open((dir.path() / "events.sqlite").string());
+  ASSERT_TRUE(writer.ok()) << writer.error().message;
+  CallRecord runtime;
+  runtime.pid = runtime.tid = 10;
+  runtime.spec = &probe_row(Layer::kCuda, "cudaMalloc");
+  runtime.start_ns = 100;
+  runtime.duration_ns = 50;
+  runtime.raw.args[kRsi] = 4096;
+  runtime.raw.out_value = 0x7000;
+  CallRecord inner = driver_call("cuMemAlloc_v2");
+  inner.start_ns = 110;
+  inner.duration_ns = 20;
+  inner.depth = 1;
+  inner.inner = true;
+  inner.raw.args[kRsi] = 4096;
+  inner.raw.out_value = 0x7000;
+  (*writer)->on_call(inner);
+  (*writer)->on_call(runtime);
+  Session session;
+  session.start_ns = 0;
+  session.end_ns = 1000;
+  ASSERT_TRUE((*writer)->finish(session).ok());
+  auto recorded = load_recorded_session(dir.path().string());
+  ASSERT_TRUE(recorded.ok()) << recorded.error().message;
+  ASSERT_EQ((*recorded)->calls.size(), 1u);
+  EXPECT_EQ((*recorded)->calls[0].name, "cudaMalloc");
 }
 
 TEST(KernelNames, AreDemangledForPeopleAndKeptOtherwise) {
