@@ -9,17 +9,13 @@
 #include <memory>
 
 #include "python/python_profile.h"
+#include "session/percentile.h"
 #include "session/session.h"
 
 namespace eacgm {
 
 uint64_t KernelStats::percentile_ns(double p) const {
-  if (durations_ns.empty()) return 0;
-  std::vector<uint64_t> sorted = durations_ns;
-  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * sorted.size()));
-  const size_t index = std::clamp<size_t>(rank, 1, sorted.size()) - 1;
-  std::nth_element(sorted.begin(), sorted.begin() + index, sorted.end());
-  return sorted[index];
+  return nearest_rank_percentile(durations_ns, p);
 }
 
 void KernelTable::name_handle(uint32_t pid, uint64_t handle, std::string name) {

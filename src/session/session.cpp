@@ -3,17 +3,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "session/percentile.h"
+
 namespace eacgm {
 
 uint64_t CallStats::percentile_ns(double p) const {
-  if (durations_ns.empty()) return 0;
-  // Nearest rank on a sorted copy: exact, and cheap next to the cost of
-  // having traced the calls in the first place.
-  std::vector<uint64_t> sorted = durations_ns;
-  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * sorted.size()));
-  const size_t index = std::clamp<size_t>(rank, 1, sorted.size()) - 1;
-  std::nth_element(sorted.begin(), sorted.begin() + index, sorted.end());
-  return sorted[index];
+  return nearest_rank_percentile(durations_ns, p);
 }
 
 std::string_view layer_status_name(LayerStatus status) {
