@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -292,6 +293,9 @@ Result<TargetGuardian> TargetGuardian::start() {
                              std::strerror(e))};
   }
   if (child == 0) {
+    // Named at once: ps shows what it is, and nothing mistakes this copy of eacgm (its command
+    // line is eacgm's) for eacgm or for the job it is about to start.
+    prctl(PR_SET_NAME, "eacgm-guardian");
     // Forked twice: the guardian is nobody's child but init's, so eacgm never has to reap it
     // and its exit is no SIGCHLD in eacgm's loop.
     close(sv[0]);

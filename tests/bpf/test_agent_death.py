@@ -59,6 +59,10 @@ def job_pid(agent_pid, marker):
     its exec, a copy of eacgm with eacgm's command line)."""
     for pid in set(descendants(agent_pid)) - {agent_pid}:
         try:
+            # The guardian's first fork is a copy of eacgm too, briefly eacgm's child.
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == "eacgm-guardian":
+                    continue
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 if marker.encode() in f.read():
                     return pid
