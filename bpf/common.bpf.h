@@ -45,6 +45,7 @@ struct eacgm_frame {
   __u64 start_ns;
   __u64 sp; /* the stack pointer at entry: where the return address is (see eacgm_call_return) */
   __u64 args[EACGM_CALL_ARGS];
+  __u64 extra;   /* the extra word (events.h EACGM_CALL_WORDS): must follow args */
   __u64 py_code; /* the caller's innermost Python frame (python_walk.bpf.h) */
   __u64 py_instr;
   __u32 func_id;
@@ -125,12 +126,46 @@ static __always_inline void eacgm_submit_call(struct eacgm_call* e) {
   bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
+/* A row's entry read (events.h EACGM_ENTRY_READ): arguments passed in memory
+ * copied into the frame's words. Each size is a constant of its own branch, and
+ * each branch checks that its words end inside args and extra, where the
+ * verifier can see it. */
+#define EACGM_READ_WORDS_CASE(n)                                                \
+  case n: {                                                                     \
+    __u64 at = into;                                                            \
+    barrier_var(at);                                                            \
+    if (at <= EACGM_CALL_WORDS - n)                                             \
+      bpf_probe_read_user((__u64*)f->args + at, n * sizeof(__u64), (void*)src); \
+    break;                                                                      \
+  }
+
+static __always_inline void eacgm_entry_read(struct eacgm_frame* f, __u64 sp, __u32 read) {
+  __u32 from = (read >> 8) & 0xf;
+  __u64 src = from == EACGM_READ_STACK ? sp + 8 : f->args[from & 7];
+  /* A NULL struct pointer faults like any bad address: the read zeroes its
+   * words, which would otherwise keep whatever the registers held. */
+  src += (__u64)((read >> 12) & 0xff) * sizeof(__u64);
+  __u64 into = (read >> 4) & 0xf;
+  switch (read & 0xf) {
+    EACGM_READ_WORDS_CASE(1)
+    EACGM_READ_WORDS_CASE(2)
+    EACGM_READ_WORDS_CASE(3)
+    EACGM_READ_WORDS_CASE(4)
+    EACGM_READ_WORDS_CASE(5)
+    EACGM_READ_WORDS_CASE(6)
+    EACGM_READ_WORDS_CASE(7)
+    EACGM_READ_WORDS_CASE(8)
+    EACGM_READ_WORDS_CASE(9)
+  }
+}
+
 /* Function entry: remember the start time and the argument words. The cookie
  * is the row of the layer's probe table; the row's flags say whether the
  * stack words are needed and whether the start is announced at once (a call
  * that never returns, like a hung collective, must still be seen). */
 static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
-                                            const volatile __u8* row_flags, __u32 inner_of) {
+                                            const volatile __u8* row_flags,
+                                            const volatile __u32* entry_read, __u32 inner_of) {
   struct task_struct* task = bpf_get_current_task_btf();
   __u64 id = eacgm_task_id(task);
   struct eacgm_call_stack* st = eacgm_thread_stack(task, id >> 32);
@@ -170,15 +205,15 @@ static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
   f->args[3] = PT_REGS_PARM4(ctx);
   f->args[4] = PT_REGS_PARM5(ctx);
   f->args[5] = ctx->r9; /* libbpf 1.1 has no PT_REGS_PARM6 */
+  f->args[6] = 0;
+  f->args[7] = 0;
+  f->extra = 0;
   __u8 flags = row_flags[f->func_id & (EACGM_MAX_FUNCS - 1)];
-  /* At entry the stack pointer holds the return address; the 7th and 8th
-   * integer arguments follow it. Reading them is the dearest step of this
-   * handler, so only rows that use them pay for it. */
-  if (!(flags & EACGM_ROW_STACK_ARGS) ||
-      bpf_probe_read_user(&f->args[6], 2 * sizeof(__u64), (void*)(sp + 8)) != 0) {
-    f->args[6] = 0;
-    f->args[7] = 0;
-  }
+  /* At entry the stack pointer holds the return address and the stack
+   * arguments follow it. Reading memory is the dearest step of this handler,
+   * so only rows that ask for it pay for it. */
+  __u32 read = entry_read[f->func_id & (EACGM_MAX_FUNCS - 1)];
+  if (read) eacgm_entry_read(f, sp, read);
   eacgm_py_caller(id, &st->py_absent_at, &f->py_code, &f->py_instr);
   f->start_ns = bpf_ktime_get_ns();
   if (!(flags & EACGM_ROW_EMIT_ENTRY)) return 0;
@@ -195,7 +230,7 @@ static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
   e->duration_ns = 0;
 #pragma unroll
   for (int i = 0; i < EACGM_CALL_ARGS; i++) e->args[i] = f->args[i];
-  e->out_value = 0;
+  e->out_value = f->extra;
   e->ret = 0;
   e->func_id = f->func_id;
   e->depth = d;
@@ -272,7 +307,7 @@ static __always_inline int eacgm_call_return(struct pt_regs* ctx, __u32 layer,
   e->duration_ns = now - f->start_ns;
 #pragma unroll
   for (int i = 0; i < EACGM_CALL_ARGS; i++) e->args[i] = f->args[i];
-  e->out_value = 0;
+  e->out_value = f->extra;
   __u8 slot = out_slot[func_id & (EACGM_MAX_FUNCS - 1)];
   if (slot < EACGM_CALL_ARGS && f->args[slot & 7]) {
     if (bpf_probe_read_user(&e->out_value, sizeof(e->out_value), (void*)f->args[slot & 7]) != 0)
@@ -294,17 +329,19 @@ static __always_inline int eacgm_call_return(struct pt_regs* ctx, __u32 layer,
 
 /* The whole BPF side of a layer traced through a probe table: per table row
  * (set by user space between open and load) which argument word is a pointer
- * whose pointee is read at return (0xff: none), the row's EACGM_ROW_* flags
- * and where a naming row's name and handle are; one generic entry and one
- * generic return program, the attach cookie saying which row fired. Calls
+ * whose pointee is read at return (0xff: none), the row's EACGM_ROW_* flags,
+ * where a naming row's name and handle are and what memory it reads at entry;
+ * one generic entry and one generic return program, the attach cookie saying
+ * which row fired. Calls
  * made inside an open call of layer `inner_of` (0: none) are marked inner. */
 #define EACGM_TABLE_LAYER_INNER_OF(layer_id, inner_of)                                   \
   const volatile __u8 out_slot[EACGM_MAX_FUNCS];                                        \
   const volatile __u8 row_flags[EACGM_MAX_FUNCS];                                       \
   const volatile __u8 name_slots[EACGM_MAX_FUNCS];                                      \
+  const volatile __u32 entry_read[EACGM_MAX_FUNCS];                                     \
   SEC("uprobe")                                                                         \
   int BPF_KPROBE(call_entry) {                                                          \
-    return eacgm_call_entry(ctx, layer_id, row_flags, inner_of);                        \
+    return eacgm_call_entry(ctx, layer_id, row_flags, entry_read, inner_of);            \
   }                                                                                     \
   SEC("uretprobe")                                                                      \
   int BPF_KRETPROBE(call_return) {                                                      \

@@ -18,17 +18,34 @@
 
 #define EACGM_COMM_LEN 16
 /* Integer arguments captured per call: the six SysV argument registers and
- * the first two stack words (cudaLaunchKernel passes sharedMem and stream
- * there). */
+ * two more words, by default the first two stack words (cudaLaunchKernel
+ * passes sharedMem and stream there). */
 #define EACGM_CALL_ARGS 8
+/* ... and one extra word, filled only by a row's entry read and delivered in
+ * the event's `out_value` (rows that read one through an out-pointer have no
+ * extra word): cuLaunchKernel's ninth argument, its stream. */
+#define EACGM_CALL_WORDS (EACGM_CALL_ARGS + 1)
 /* Maximum nesting of traced calls on one thread that is paired in BPF. */
 #define EACGM_MAX_DEPTH 16
 /* Upper bound on probe table rows per layer (cookie values). */
 #define EACGM_MAX_FUNCS 4096
 /* Per-row flags of a probe table (rodata `row_flags`, set by user space). */
 #define EACGM_ROW_EMIT_ENTRY 0x1 /* announce the call's start: it may never return */
-#define EACGM_ROW_STACK_ARGS 0x2 /* capture the two stack words (7th/8th integer args) */
 #define EACGM_ROW_NAMES 0x4      /* the call names a handle: send struct eacgm_name at return */
+/* A row's `entry_read` word (rodata beside row_flags; 0: none): memory copied
+ * at entry into the captured words, for arguments passed in memory: the stack
+ * arguments past the sixth, or fields of a struct an argument points to
+ * (cuLaunchKernelEx's CUlaunchConfig, cuMemcpy2D's CUDA_MEMCPY2D).
+ *   bits 0-3    words to copy, 1..EACGM_CALL_WORDS
+ *   bits 4-7    the first captured word written; the copy ends at or before
+ *               the extra word
+ *   bits 8-11   where from: the argument slot holding a pointer, or
+ *               EACGM_READ_STACK for the stack arguments
+ *   bits 12-19  how far past that address, in 8-byte words
+ * A copy that faults leaves its words 0. */
+#define EACGM_READ_STACK 0xf
+#define EACGM_ENTRY_READ(words, into, from, offset_words) \
+  ((words) | (into) << 4 | (from) << 8 | (offset_words) << 12)
 /* A row's `name_slots` byte (rodata beside row_flags): the argument holding the
  * C string in the low nibble, the argument holding the handle it names in the
  * high nibble, EACGM_NAME_KEY_OUT there for the out-pointer's pointee. */

@@ -312,7 +312,7 @@ void Recorder::on_call(const CallRecord& event) {
   if (call.layer() == Layer::kNccl) {
     call.collective = collectives_.on_end(call, &proc);
     if (call.spec->role == CallRole::kCommInit && !call.failed() && !proc.rank) {
-      proc.rank = static_cast<int32_t>(call.raw.args[call.spec->rank_slot]);
+      proc.rank = static_cast<int32_t>(call.raw.word(call.spec->rank_slot));
     }
   }
   ++session_.events_recorded;

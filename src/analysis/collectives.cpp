@@ -92,7 +92,7 @@ std::vector<int64_t> CollectiveTracker::Recent::latest_lateness(size_t n, bool a
 
 CollectiveTracker::Comm* CollectiveTracker::comm_of(const CallRecord& call,
                                                     const ProcessInfo* process) {
-  const uint64_t handle = call.raw.args[call.spec->comm_slot];
+  const uint64_t handle = call.raw.word(call.spec->comm_slot);
   auto it = comms_.find({call.pid, handle});
   if (it != comms_.end()) return &it->second;
   // A communicator created before we attached: if the launcher told the
@@ -313,21 +313,21 @@ std::optional<CollectiveRef> CollectiveTracker::on_end(const CallRecord& call,
       if (call.failed() || call.raw.out_value == 0) return std::nullopt;
       // The first 16 bytes of the ncclUniqueId: the two stack words.
       Comm comm{.id = hex16(call.raw.args[kStack0], call.raw.args[kStack1]),
-                .rank = static_cast<int32_t>(call.raw.args[spec.rank_slot]),
-                .nranks = static_cast<int32_t>(call.raw.args[spec.nranks_slot]),
+                .rank = static_cast<int32_t>(call.raw.word(spec.rank_slot)),
+                .nranks = static_cast<int32_t>(call.raw.word(spec.nranks_slot)),
                 .next_seq = 0};
       comms_[{call.pid, call.raw.out_value}] = comm;
       return std::nullopt;
     }
     case CallRole::kCommDestroy:
-      comms_.erase({call.pid, call.raw.args[spec.comm_slot]});
+      comms_.erase({call.pid, call.raw.word(spec.comm_slot)});
       return std::nullopt;
     case CallRole::kCollective:
       break;
     default:
       return std::nullopt;
   }
-  auto it = comms_.find({call.pid, call.raw.args[spec.comm_slot]});
+  auto it = comms_.find({call.pid, call.raw.word(spec.comm_slot)});
   if (it == comms_.end()) {
     (void)process;
     return std::nullopt;

@@ -290,8 +290,7 @@ const std::vector<ProbeSpec>& nccl_table() {
 // (cuda.h): handles are pointers, CUdeviceptr a 64-bit integer, CUresult an int. cuBLAS, cuDNN,
 // NCCL, Triton, TensorFlow and JAX launch here, not through the runtime. A launch's grid and
 // block are six unsigned arguments; the sixth integer argument is the last in a register, so
-// blockDimZ and sharedMemBytes are the two captured stack words (hStream, the ninth, is not
-// captured).
+// blockDimZ, sharedMemBytes and hStream are the first three stack words.
 const std::vector<ProbeSpec>& driver_table() {
   const ArgSpec stream_rdx{"hStream", kRdx, ArgFormat::kPointer};
   auto launch = [](std::string_view name) {
@@ -300,16 +299,59 @@ const std::vector<ProbeSpec>& driver_table() {
                      .args = {{"f", kRdi, ArgFormat::kPointer},
                               {"grid", kRsi, ArgFormat::kDim3Split},
                               {"block", kR8, ArgFormat::kDim3Split},
-                              {"sharedMemBytes", kStack1, ArgFormat::kUInt32}},
+                              {"sharedMemBytes", kStack1, ArgFormat::kUInt32},
+                              {"hStream", kExtra, ArgFormat::kPointer}},
                      .kernel_slot = kRdi};
   };
+  // cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void**
+  // extra): the shape is in *config, seven unsigned ints (grid x y z, block x y z, shared
+  // memory; 28 bytes, padded to 32) then hStream, read into the words from rcx on: grid x|y,
+  // grid z|block x, block y|z, shared memory, stream.
   auto launch_ex = [](std::string_view name) {
     return ProbeSpec{.symbol = name,
                      .layer = Layer::kDriver,
                      .args = {{"config", kRdi, ArgFormat::kPointer},
                               {"f", kRsi, ArgFormat::kPointer},
-                              {"kernelParams", kRdx, ArgFormat::kPointer}},
-                     .kernel_slot = kRsi};
+                              {"kernelParams", kRdx, ArgFormat::kPointer},
+                              {"grid", kRcx, ArgFormat::kDim3},
+                              {"block", kR8, ArgFormat::kDim3High},
+                              {"sharedMemBytes", kStack0, ArgFormat::kUInt32},
+                              {"hStream", kStack1, ArgFormat::kPointer}},
+                     .kernel_slot = kRsi,
+                     .read = MemoryRead{.from = kRdi, .offset_words = 0, .into = kRcx, .words = 5}};
+  };
+  // cuMemcpy2D/3D(const CUDA_MEMCPY2D/3D* pCopy[, hStream]): the extent is in the struct, after
+  // the source and destination fields (size_t or pointer each, the memory types padded to 8):
+  // WidthInBytes and Height at words 14 and 15 of CUDA_MEMCPY2D; WidthInBytes, Height and Depth
+  // at words 22 to 24 of CUDA_MEMCPY3D. They are read into the words after the arguments.
+  auto copy_nd = [](std::string_view name, int dims, bool async) {
+    const Slot first = async ? kRdx : kRsi;
+    std::vector<ArgSpec> args = {{"pCopy", kRdi, ArgFormat::kPointer}};
+    if (async) args.push_back({"hStream", kRsi, ArgFormat::kPointer});
+    args.push_back({"WidthInBytes", first, ArgFormat::kSize});
+    args.push_back({"Height", static_cast<Slot>(first + 1), ArgFormat::kSize});
+    if (dims == 3) args.push_back({"Depth", static_cast<Slot>(first + 2), ArgFormat::kSize});
+    return ProbeSpec{.symbol = name,
+                     .layer = Layer::kDriver,
+                     .args = std::move(args),
+                     .bytes_slot = first,
+                     .bytes_times = {static_cast<Slot>(first + 1),
+                                     dims == 3 ? static_cast<Slot>(first + 2) : kNoSlot},
+                     .read = MemoryRead{.from = kRdi,
+                                        .offset_words = static_cast<uint8_t>(dims == 3 ? 22 : 14),
+                                        .into = first,
+                                        .words = static_cast<uint8_t>(dims)}};
+  };
+  // cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount[, hStream]).
+  auto copy_peer = [](std::string_view name, bool async) {
+    std::vector<ArgSpec> args = {{"dstDevice", kRdi, ArgFormat::kPointer},
+                                 {"dstContext", kRsi, ArgFormat::kPointer},
+                                 {"srcDevice", kRdx, ArgFormat::kPointer},
+                                 {"srcContext", kRcx, ArgFormat::kPointer},
+                                 {"ByteCount", kR8, ArgFormat::kSize}};
+    if (async) args.push_back({"hStream", kR9, ArgFormat::kPointer});
+    return ProbeSpec{
+        .symbol = name, .layer = Layer::kDriver, .args = std::move(args), .bytes_slot = kR8};
   };
   auto graph_launch = [](std::string_view name) {
     return ProbeSpec{.symbol = name,
@@ -399,6 +441,19 @@ const std::vector<ProbeSpec>& driver_table() {
       alloc("cuMemAllocFromPoolAsync_ptsz", MemoryEffect::kDeviceAlloc,
             {{"pool", kRdx, ArgFormat::kPointer}, stream_rcx}),
       alloc("cuMemAllocManaged", MemoryEffect::kDeviceAlloc, {{"flags", kRdx, ArgFormat::kUInt32}}),
+      // Pitched: WidthInBytes x Height asked for; the pitch padding the driver adds (written
+      // through pPitch) is not counted.
+      {.symbol = "cuMemAllocPitch_v2",
+       .layer = Layer::kDriver,
+       .args = {{"dptr", kRdi, ArgFormat::kOutPointer},
+                {"pPitch", kRsi, ArgFormat::kPointer},
+                {"WidthInBytes", kRdx, ArgFormat::kSize},
+                {"Height", kRcx, ArgFormat::kSize},
+                {"ElementSizeBytes", kR8, ArgFormat::kUInt32}},
+       .bytes_slot = kRdx,
+       .out_slot = kRdi,
+       .memory = MemoryEffect::kDeviceAlloc,
+       .bytes_times = {kRcx, kNoSlot}},
       alloc("cuMemAllocHost_v2", MemoryEffect::kHostAlloc),
       alloc("cuMemHostAlloc", MemoryEffect::kHostAlloc, {{"Flags", kRdx, ArgFormat::kUInt32}}),
       free_("cuMemFree_v2", MemoryEffect::kDeviceFree),
@@ -450,6 +505,20 @@ const std::vector<ProbeSpec>& driver_table() {
       copy("cuMemcpyDtoHAsync_v2_ptsz", true),
       copy("cuMemcpyDtoDAsync_v2", true),
       copy("cuMemcpyDtoDAsync_v2_ptsz", true),
+      copy_peer("cuMemcpyPeer", false),
+      copy_peer("cuMemcpyPeer_ptds", false),
+      copy_peer("cuMemcpyPeerAsync", true),
+      copy_peer("cuMemcpyPeerAsync_ptsz", true),
+      copy_nd("cuMemcpy2D_v2", 2, false),
+      copy_nd("cuMemcpy2D_v2_ptds", 2, false),
+      copy_nd("cuMemcpy2DUnaligned_v2", 2, false),
+      copy_nd("cuMemcpy2DUnaligned_v2_ptds", 2, false),
+      copy_nd("cuMemcpy2DAsync_v2", 2, true),
+      copy_nd("cuMemcpy2DAsync_v2_ptsz", 2, true),
+      copy_nd("cuMemcpy3D_v2", 3, false),
+      copy_nd("cuMemcpy3D_v2_ptds", 3, false),
+      copy_nd("cuMemcpy3DAsync_v2", 3, true),
+      copy_nd("cuMemcpy3DAsync_v2_ptsz", 3, true),
       set("cuMemsetD8_v2", 1, false),
       set("cuMemsetD8_v2_ptds", 1, false),
       set("cuMemsetD16_v2", 2, false),
@@ -816,20 +885,44 @@ std::span<const ProbeSpec> probe_table(Layer layer) {
 }
 
 uint8_t bpf_row_flags(const ProbeSpec& spec) {
-  const auto on_stack = [](Slot slot) { return slot == kStack0 || slot == kStack1; };
+  return (spec.emit_entry ? EACGM_ROW_EMIT_ENTRY : 0) |
+         (spec.name_slot != kNoSlot ? EACGM_ROW_NAMES : 0);
+}
+
+static_assert(MemoryRead::kStackArgs == EACGM_READ_STACK);
+static_assert(kExtra == EACGM_CALL_ARGS && kExtra + 1 == EACGM_CALL_WORDS);
+
+uint32_t bpf_entry_read(const ProbeSpec& spec) {
+  if (spec.read) {
+    const MemoryRead& r = *spec.read;
+    return EACGM_ENTRY_READ(uint32_t{r.words}, uint32_t{r.into}, uint32_t{r.from},
+                            uint32_t{r.offset_words});
+  }
+  // Otherwise the stack words the row's slots use, read from the first one on.
+  int last = -1;
+  const auto use = [&](Slot slot) {
+    if (slot != kNoSlot && slot >= kStack0) last = std::max(last, static_cast<int>(slot));
+  };
   // A communicator's 128-byte ncclUniqueId is passed in memory: its first 16
   // bytes, the two stack words, name the communicator across processes.
-  bool stack = spec.role == CallRole::kCommInit || on_stack(spec.bytes_slot) ||
-               on_stack(spec.dtype_slot) || on_stack(spec.out_slot) ||
-               on_stack(spec.memory_ptr_slot) || on_stack(spec.comm_slot) ||
-               on_stack(spec.rank_slot) || on_stack(spec.nranks_slot);
-  for (const ArgSpec& arg : spec.args) {
-    // A dim3's z is in the slot after its own: r9's is the first stack word.
-    stack |= on_stack(arg.slot) || (arg.format == ArgFormat::kDim3 && arg.slot == kR9) ||
-             (arg.format == ArgFormat::kDim3Split && arg.slot + 2 >= kStack0);
+  if (spec.role == CallRole::kCommInit) use(kStack1);
+  for (Slot slot :
+       {spec.bytes_slot, spec.dtype_slot, spec.out_slot, spec.memory_ptr_slot, spec.comm_slot,
+        spec.rank_slot, spec.nranks_slot, spec.name_slot, spec.name_key_slot, spec.alias_slot,
+        spec.kernel_slot, spec.bytes_times[0], spec.bytes_times[1]}) {
+    use(slot);
   }
-  return (spec.emit_entry ? EACGM_ROW_EMIT_ENTRY : 0) | (stack ? EACGM_ROW_STACK_ARGS : 0) |
-         (spec.name_slot != kNoSlot ? EACGM_ROW_NAMES : 0);
+  for (const ArgSpec& arg : spec.args) {
+    use(arg.slot);
+    // A dim3's later parts are in the slots after its own.
+    if (arg.format == ArgFormat::kDim3 || arg.format == ArgFormat::kDim3High) {
+      use(static_cast<Slot>(arg.slot + 1));
+    }
+    if (arg.format == ArgFormat::kDim3Split) use(static_cast<Slot>(arg.slot + 2));
+  }
+  if (last < 0) return 0;
+  const uint32_t words = static_cast<uint32_t>(last - kStack0 + 1);
+  return EACGM_ENTRY_READ(words, uint32_t{kStack0}, uint32_t{MemoryRead::kStackArgs}, 0u);
 }
 
 uint8_t bpf_name_slots(const ProbeSpec& spec) {
@@ -847,7 +940,7 @@ std::vector<DecodedArg> decode_args(const ProbeSpec& spec, const RawCall& call) 
   std::vector<DecodedArg> out;
   out.reserve(spec.args.size());
   for (const ArgSpec& arg : spec.args) {
-    const uint64_t v = call.args[arg.slot];
+    const uint64_t v = call.word(arg.slot);
     DecodedArg d{.name = arg.name,
                  .text = {},
                  .number = std::nullopt,
@@ -878,12 +971,18 @@ std::vector<DecodedArg> decode_args(const ProbeSpec& spec, const RawCall& call) 
         d.text = std::string(memcpy_kind_name(v));
         break;
       case ArgFormat::kDim3:
-        d.text = dim3_text(v, call.args[arg.slot + 1]);
+        d.text = dim3_text(v, call.word(static_cast<Slot>(arg.slot + 1)));
         break;
+      case ArgFormat::kDim3High: {
+        const uint64_t yz = call.word(static_cast<Slot>(arg.slot + 1));
+        d.text = fmt::format("({},{},{})", static_cast<uint32_t>(v >> 32),
+                             static_cast<uint32_t>(yz), static_cast<uint32_t>(yz >> 32));
+        break;
+      }
       case ArgFormat::kDim3Split:
         d.text = fmt::format("({},{},{})", static_cast<uint32_t>(v),
-                             static_cast<uint32_t>(call.args[arg.slot + 1]),
-                             static_cast<uint32_t>(call.args[arg.slot + 2]));
+                             static_cast<uint32_t>(call.word(static_cast<Slot>(arg.slot + 1))),
+                             static_cast<uint32_t>(call.word(static_cast<Slot>(arg.slot + 2))));
         break;
       case ArgFormat::kCString:
         d.text = fmt::format("{:#x}", v);
@@ -906,9 +1005,12 @@ std::vector<DecodedArg> decode_args(const ProbeSpec& spec, const RawCall& call) 
 
 uint64_t call_bytes(const ProbeSpec& spec, const RawCall& call) {
   if (spec.bytes_slot == kNoSlot) return 0;
-  const uint64_t n = call.args[spec.bytes_slot];
+  uint64_t n = call.word(spec.bytes_slot);
+  for (Slot times : spec.bytes_times) {
+    if (times != kNoSlot) n *= call.word(times);
+  }
   if (spec.dtype_slot == kNoSlot) return n * spec.bytes_scale;
-  return n * nccl_type_size(static_cast<uint32_t>(call.args[spec.dtype_slot]));
+  return n * nccl_type_size(static_cast<uint32_t>(call.word(spec.dtype_slot)));
 }
 
 uint64_t nccl_type_size(uint64_t datatype) {

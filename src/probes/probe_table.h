@@ -1,7 +1,8 @@
 // Probes are data: one row per traced function says where its arguments are,
 // how to show them, how many bytes the call moves and what it does to device
-// memory. The BPF side is generic (it captures the argument registers, two
-// stack words and one pointee at return); everything specific lives here.
+// memory. The BPF side is generic (it captures the argument registers, copies
+// the memory a row names at entry, and reads one pointee at return);
+// everything specific lives here.
 #pragma once
 
 #include <array>
@@ -33,8 +34,22 @@ std::string_view layer_name(Layer layer);
 std::optional<Layer> layer_from_name(std::string_view name);
 
 // Index into the captured words: registers rdi, rsi, rdx, rcx, r8, r9, then
-// the first and second stack words above the return address.
-enum Slot : uint8_t { kRdi = 0, kRsi, kRdx, kRcx, kR8, kR9, kStack0, kStack1, kNoSlot = 0xff };
+// the first, second and third stack words above the return address. The third
+// is the extra word (bpf/events.h EACGM_CALL_WORDS), which a row with an
+// out-pointer cannot use. A row's MemoryRead may fill any words instead.
+enum Slot : uint8_t {
+  kRdi = 0,
+  kRsi,
+  kRdx,
+  kRcx,
+  kR8,
+  kR9,
+  kStack0,
+  kStack1,
+  kStack2,
+  kNoSlot = 0xff
+};
+constexpr Slot kExtra = kStack2;
 
 enum class ArgFormat : uint8_t {
   kInt,           // signed 32-bit value
@@ -49,12 +64,25 @@ enum class ArgFormat : uint8_t {
   kNcclRedOp,     // ncclRedOp_t, shown by name
   kCString,       // a NUL-terminated string argument: its address (the string comes as a name)
   kDim3Split,     // three unsigned arguments x, y, z in `slot` and the two after it
+  kDim3High,      // three packed unsigned ints: x in the upper half of `slot`, y and z the next
 };
 
 struct ArgSpec {
   std::string_view name;
   Slot slot;
   ArgFormat format;
+};
+
+// Arguments passed in memory, copied by BPF at entry: `words` 8-byte words from
+// `offset_words` words past the pointer in `from` (or past the return address when
+// `from` is kStackArgs) into the captured words from `into` on. Rows that take
+// more than six integer arguments read the stack without saying so (bpf_entry_read).
+struct MemoryRead {
+  static constexpr Slot kStackArgs = static_cast<Slot>(0xf);
+  Slot from = kNoSlot;
+  uint8_t offset_words = 0;
+  Slot into = kNoSlot;
+  uint8_t words = 0;
 };
 
 enum class MemoryEffect : uint8_t { kNone, kDeviceAlloc, kDeviceFree, kHostAlloc, kHostFree };
@@ -94,6 +122,10 @@ struct ProbeSpec {
   Slot kernel_slot = kNoSlot;
   // Bytes moved are bytes_slot's value times this (cuMemsetD32: 4 bytes per element).
   uint8_t bytes_scale = 1;
+  // ... and times these arguments' values (cuMemcpy2D: WidthInBytes x Height).
+  std::array<Slot, 2> bytes_times = {kNoSlot, kNoSlot};
+  // A struct's fields read at entry (cuLaunchKernelEx's CUlaunchConfig).
+  std::optional<MemoryRead> read = std::nullopt;
 };
 
 // The rows of one layer; a row's index is its attach cookie and func_id.
@@ -111,8 +143,11 @@ std::optional<Layer> library_layer(std::string_view path);
 bool is_unwinder_library(std::string_view path);
 
 // The row's EACGM_ROW_* flags for the BPF side (bpf/events.h): whether its
-// start is announced and whether any slot it reads is on the stack.
+// start is announced and whether it names a handle.
 uint8_t bpf_row_flags(const ProbeSpec& spec);
+// The row's `entry_read` word for the BPF side (bpf/events.h EACGM_ENTRY_READ):
+// its MemoryRead, or the stack words its slots use; 0 when it reads nothing.
+uint32_t bpf_entry_read(const ProbeSpec& spec);
 // The row's `name_slots` byte for the BPF side: string slot low, handle slot high.
 uint8_t bpf_name_slots(const ProbeSpec& spec);
 
@@ -129,8 +164,12 @@ struct DecodedArg {
 // What one finished call captured, as the BPF side reported it.
 struct RawCall {
   std::array<uint64_t, EACGM_CALL_ARGS> args{};
-  uint64_t out_value = 0;
+  uint64_t out_value = 0;  // the out-pointer's pointee, or the extra word for rows without one
   int64_t ret = 0;
+  // A captured word by slot; the extra word comes in out_value. 0 for kNoSlot.
+  uint64_t word(Slot slot) const {
+    return slot < EACGM_CALL_ARGS ? args[slot] : slot == kExtra ? out_value : 0;
+  }
 };
 
 std::vector<DecodedArg> decode_args(const ProbeSpec& spec, const RawCall& call);

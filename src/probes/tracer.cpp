@@ -237,11 +237,13 @@ Result<LayerPrograms> load_layer(Layer layer, Skel* (*open)(const bpf_object_ope
     skel->rodata->out_slot[i] = kNoSlot;
     skel->rodata->row_flags[i] = 0;
     skel->rodata->name_slots[i] = 0;
+    skel->rodata->entry_read[i] = 0;
   }
   for (size_t i = 0; i < table.size(); ++i) {
     skel->rodata->out_slot[i] = table[i].out_slot;
     skel->rodata->row_flags[i] = bpf_row_flags(table[i]);
     skel->rodata->name_slots[i] = bpf_name_slots(table[i]);
+    skel->rodata->entry_read[i] = bpf_entry_read(table[i]);
   }
   skel->rodata->py_attribution = py_attribution ? 1 : 0;
   if constexpr (requires { skel->rodata->stop_on_unwind; }) {

@@ -27,14 +27,14 @@ void KernelTable::name_handle(uint32_t pid, uint64_t handle, std::string name) {
 void KernelTable::on_call(const CallRecord& call) {
   const ProbeSpec& spec = *call.spec;
   if (spec.alias_slot == kNoSlot || call.failed()) return;
-  auto it = names_.find({call.pid, call.raw.args[spec.alias_slot]});
+  auto it = names_.find({call.pid, call.raw.word(spec.alias_slot)});
   if (it != names_.end() && call.raw.out_value != 0)
     names_[{call.pid, call.raw.out_value}] = it->second;
 }
 
 const std::string* KernelTable::kernel_of(const CallRecord& call) const {
   if (call.spec->kernel_slot == kNoSlot) return nullptr;
-  auto it = names_.find({call.pid, call.raw.args[call.spec->kernel_slot]});
+  auto it = names_.find({call.pid, call.raw.word(call.spec->kernel_slot)});
   return it == names_.end() ? nullptr : it->second;
 }
 

@@ -95,7 +95,7 @@ void Session::add_call(const CallRecord& call) {
       break;
     }
     case MemoryEffect::kDeviceFree: {
-      const uint64_t ptr = call.raw.args[spec.memory_ptr_slot];
+      const uint64_t ptr = call.raw.word(spec.memory_ptr_slot);
       if (ptr == 0) break;  // cudaFree(nullptr) is a documented no-op
       DeviceMemory& mem = device_memory[call.pid];
       if (auto it = mem.live.find(ptr); it != mem.live.end()) {

@@ -46,6 +46,16 @@ STUB_JOB = textwrap.dedent("""\
     lib.cuStreamSynchronize(p(0x5678))
     f = ctypes.c_void_p(0)
     lib.cuModuleGetFunction(ctypes.byref(f), p(0x99), b"_Z9neverSeenv")
+    # CUlaunchConfig: grid (8,4,2), block (64,2,1), 1024 bytes shared, stream 0xabc.
+    config = (u * 14)(8, 4, 2, 64, 2, 1, 1024, 0, 0xabc, 0, 0, 0, 0, 0)
+    lib.cuLaunchKernelEx(ctypes.byref(config), p(0x2468), None, None)
+    # CUDA_MEMCPY2D (16 words): WidthInBytes 640 and Height 48 are words 14 and 15;
+    # CUDA_MEMCPY3D (25 words): WidthInBytes, Height, Depth are words 22 to 24.
+    copy2d = (ctypes.c_uint64 * 16)(*([0] * 14 + [640, 48]))
+    lib.cuMemcpy2D_v2(ctypes.byref(copy2d))
+    copy3d = (ctypes.c_uint64 * 25)(*([0] * 22 + [256, 4, 3]))
+    lib.cuMemcpy3D_v2(ctypes.byref(copy3d))
+    lib.cuMemcpy2D_v2(None)
     print("done")
     """)
 
@@ -87,7 +97,8 @@ class DriverLayer(EacgmTest):
         self.assertEqual({k: v["count"] for k, v in calls.items()},
                          {"cuLaunchKernel": 5, "cuLaunchKernel_ptsz": 2, "cuMemAlloc_v2": 3,
                           "cuMemsetD32_v2": 1, "cuStreamSynchronize": 2,
-                          "cuModuleGetFunction": 1})
+                          "cuModuleGetFunction": 1, "cuLaunchKernelEx": 1, "cuMemcpy2D_v2": 2,
+                          "cuMemcpy3D_v2": 1})
         for name, st in calls.items():
             self.assertEqual(st["errors"], st["count"], name)
             self.assertEqual(st["errors_by_code"], {STUB_LIBRARY: st["count"]}, name)
@@ -96,13 +107,27 @@ class DriverLayer(EacgmTest):
         args = [json.loads(a) for (a,) in s.rows(
             "SELECT args FROM calls WHERE name = 'cuLaunchKernel' ORDER BY start_ns")]
         self.assertEqual(args, [{"f": "0x1234", "grid": "(4,2,1)", "block": "(128,1,1)",
-                                 "sharedMemBytes": 256}] * 5)
+                                 "sharedMemBytes": 256, "hStream": "0x5678"}] * 5)
+        # Arguments passed in memory: cuLaunchKernelEx's shape and stream from its
+        # CUlaunchConfig, the extent of 2D and 3D copies from their structs (a NULL struct: 0).
+        (ex,) = s.rows("SELECT args FROM calls WHERE name = 'cuLaunchKernelEx'")[0]
+        ex = json.loads(ex)
+        self.assertEqual({k: ex[k] for k in ("f", "grid", "block", "sharedMemBytes", "hStream")},
+                         {"f": "0x2468", "grid": "(8,4,2)", "block": "(64,2,1)",
+                          "sharedMemBytes": 1024, "hStream": "0xabc"})
+        copies = [json.loads(a) for (a,) in s.rows(
+            "SELECT args FROM calls WHERE name = 'cuMemcpy2D_v2' ORDER BY start_ns")]
+        self.assertEqual([(c["WidthInBytes"], c["Height"]) for c in copies], [(640, 48), (0, 0)])
+        self.assertEqual(copies[1]["pCopy"], "0x0")
+        (copy3d,) = s.rows("SELECT args FROM calls WHERE name = 'cuMemcpy3D_v2'")[0]
+        copy3d = json.loads(copy3d)
+        self.assertEqual((copy3d["WidthInBytes"], copy3d["Height"], copy3d["Depth"]), (256, 4, 3))
         (error,) = s.rows("SELECT DISTINCT error FROM calls WHERE layer = 'driver'")
         self.assertEqual(error, (STUB_LIBRARY,))
         (args,) = s.rows("SELECT args FROM calls WHERE name = 'cuMemsetD32_v2'")[0]
         self.assertEqual(json.loads(args)["N"], 100)
         # Launches of handles never named, and a failed cuModuleGetFunction names nothing.
-        self.assertEqual(self.kernels(s, "driver"), {None: 7})
+        self.assertEqual(self.kernels(s, "driver"), {None: 8})
         self.assertEqual(s.summary["kernels"]["names_known"], 0)
         self.assertSessionComplete(s)
 
@@ -129,10 +154,18 @@ class DriverLayer(EacgmTest):
                 self.assertEqual(sorted(rows), sorted([(VEC_ADD, n // 2), (GEMM, n // 2)]))
                 (launches,) = s.rows("SELECT SUM(launches) FROM kernels WHERE layer = 'driver'")[0]
                 self.assertEqual(launches, n)
-                if variant != "cuLaunchKernelEx":
-                    shapes = top[0]["shapes"]
-                    self.assertEqual(sum(shapes.values()), n // 2)
-                    self.assertTrue(all(k.endswith("block (128,1,1)") for k in shapes), shapes)
+                shapes = top[0]["shapes"]
+                self.assertEqual(sum(shapes.values()), n // 2)
+                self.assertTrue(all(k.endswith("block (128,1,1)") for k in shapes), shapes)
+                # Every launch of the job is on its one created stream, whichever path.
+                args = [json.loads(a) for (a,) in s.rows(
+                    "SELECT args FROM calls WHERE name = ? ORDER BY start_ns", variant)]
+                streams = {a["hStream"] for a in args}
+                self.assertEqual(len(streams), 1, streams)
+                self.assertNotEqual(streams, {"0x0"})
+                self.assertEqual([a["grid"] for a in args],
+                                 [f"({i % 7 + 1},2,1)" for i in range(n)])
+                self.assertEqual({a["sharedMemBytes"] for a in args}, {256})
                 t = s.perfetto()
                 if t is not None:
                     slices = [p.track_event.name for p in t.packet
@@ -168,6 +201,25 @@ class DriverLayer(EacgmTest):
         # Only the one leaked cuMemAlloc is left; the handle's 2 MiB counted while it lived.
         self.assertEqual(s.summary["memory"]["outstanding_device_bytes"], {pid: 4096})
         self.assertGreaterEqual(s.summary["memory"]["peak_device_bytes"][pid], 2 << 20)
+
+    def test_copies_sized_by_a_struct_move_their_whole_extent(self):
+        # cuMemcpy2D/3D pass their extent in a struct, cuMemAllocPitch as two arguments.
+        s = self.record([DRIVER_CALLS, "copies"], "--layers", "driver", env=driver_env())
+        self.assertEqual(s.returncode, 0, s.stderr)
+        calls = s.calls("driver")
+        self.assertEqual({k: (v["count"], v["bytes"], v["errors"]) for k, v in calls.items()
+                          if k != "cuMemFree_v2"},
+                         {"cuMemAllocPitch_v2": (1, 640 * 48, 0),
+                          "cuMemcpy2D_v2": (1, 640 * 48, 0),
+                          "cuMemcpy2DAsync_v2": (1, 640 * 48, 0),
+                          "cuMemAlloc_v2": (2, 2 << 16, 0),
+                          "cuMemcpy3D_v2": (1, 256 * 4 * 3, 0),
+                          "cuMemcpyPeer": (1, 1 << 16, 0)})
+        self.assertEqual(calls["cuMemFree_v2"]["count"], 3)
+        pid = str(s.summary["processes"][0]["pid"])
+        # The pitched allocation is freed like any other: nothing is left outstanding.
+        self.assertEqual(s.summary["memory"]["outstanding_device_bytes"], {pid: 0})
+        self.assertEqual(s.summary["memory"]["peak_device_bytes"], {pid: 640 * 48 + (2 << 16)})
 
     def test_failed_driver_calls_are_named_by_their_cuda_result(self):
         s = self.record([DRIVER_CALLS, "errors"], "--layers", "driver", env=driver_env())

@@ -58,11 +58,11 @@ int main(int argc, char** argv) {
        {EACGM_EV_PROC_FORK, EACGM_EV_PROC_EXEC, EACGM_EV_PROC_EXIT, EACGM_EV_DL_STOP}) {
     write_one(dir, ("proc-" + std::to_string(kind)).c_str(), with_header<eacgm_proc>(kind, 0));
   }
-  // A kernel's name: the driver table's cuModuleGetFunction is row 64 (probe_table.cpp; checked by
+  // A kernel's name: the driver table's cuModuleGetFunction is row 79 (probe_table.cpp; checked by
   // DriverTable.NamingRowsTellBpfWhereTheNameAndHandleAre); the
   // fuzzer's mutations find the other rows.
   auto name = with_header<eacgm_name>(EACGM_EV_NAME, EACGM_LAYER_DRIVER);
-  name.func_id = 64;
+  name.func_id = 79;
   std::strcpy(name.name, "_Z6vecAddPfS_S_i");
   write_one(dir, "name", name);
   auto unwind = with_header<eacgm_unwind_stop>(EACGM_EV_UNWIND_STOP, EACGM_LAYER_TORCH);

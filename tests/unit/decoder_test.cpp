@@ -177,9 +177,9 @@ TEST(ProbeTable, NamesAndErrors) {
   }
 }
 
-// The BPF side reads the two stack words only for rows that use them (the
-// read is the dearest step of a probe); a row that needs them and does not
-// get them would decode zeros.
+// The BPF side reads memory only for rows that use it (the read is the dearest
+// step of a probe); a row that needs stack words and does not get them would
+// decode zeros.
 TEST(ProbeTable, StackWordsAreReadOnlyForRowsThatUseThem) {
   const auto row = [](Layer layer, std::string_view symbol) -> const ProbeSpec& {
     for (const ProbeSpec& spec : probe_table(layer)) {
@@ -188,22 +188,43 @@ TEST(ProbeTable, StackWordsAreReadOnlyForRowsThatUseThem) {
     ADD_FAILURE() << symbol << " not in its table";
     return probe_table(layer).front();
   };
-  EXPECT_EQ(bpf_row_flags(row(Layer::kCuda, "cudaLaunchKernel")), EACGM_ROW_STACK_ARGS);
-  EXPECT_EQ(bpf_row_flags(row(Layer::kCuda, "cudaMalloc")), 0);
-  EXPECT_EQ(bpf_row_flags(row(Layer::kCuda, "cudaStreamSynchronize")), 0);
-  EXPECT_EQ(bpf_row_flags(row(Layer::kCuda, "cudaMemcpyAsync")), 0);  // 5 register args
+  const auto stack_words = [](uint32_t words) {
+    return EACGM_ENTRY_READ(words, uint32_t{kStack0}, uint32_t{EACGM_READ_STACK}, 0u);
+  };
+  EXPECT_EQ(bpf_entry_read(row(Layer::kCuda, "cudaLaunchKernel")), stack_words(2));
+  EXPECT_EQ(bpf_entry_read(row(Layer::kCuda, "cudaMalloc")), 0u);
+  EXPECT_EQ(bpf_entry_read(row(Layer::kCuda, "cudaStreamSynchronize")), 0u);
+  EXPECT_EQ(bpf_entry_read(row(Layer::kCuda, "cudaMemcpyAsync")), 0u);  // 5 register args
   // ncclAllReduce's stream is its 7th argument; collectives announce their start.
-  EXPECT_EQ(bpf_row_flags(row(Layer::kNccl, "ncclAllReduce")),
-            EACGM_ROW_STACK_ARGS | EACGM_ROW_EMIT_ENTRY);
-  EXPECT_EQ(bpf_row_flags(row(Layer::kNccl, "ncclGroupStart")), 0);
+  EXPECT_EQ(bpf_entry_read(row(Layer::kNccl, "ncclAllReduce")), stack_words(1));
+  EXPECT_EQ(bpf_row_flags(row(Layer::kNccl, "ncclAllReduce")), EACGM_ROW_EMIT_ENTRY);
+  EXPECT_EQ(bpf_entry_read(row(Layer::kNccl, "ncclGroupStart")), 0u);
   // The communicator's id is passed in memory (collectives.cpp names it by those words).
-  EXPECT_EQ(bpf_row_flags(row(Layer::kNccl, "ncclCommInitRank")), EACGM_ROW_STACK_ARGS);
-  // Every row that declares a stack slot gets the flag.
-  for (Layer layer : {Layer::kCuda, Layer::kNccl}) {
+  EXPECT_EQ(bpf_entry_read(row(Layer::kNccl, "ncclCommInitRank")), stack_words(2));
+  // cuLaunchKernel's 7th to 9th arguments: blockDimZ, sharedMemBytes, hStream.
+  EXPECT_EQ(bpf_entry_read(row(Layer::kDriver, "cuLaunchKernel")), stack_words(3));
+  // cuLaunchKernelEx's shape and stream: five words of *config into rcx..stack1.
+  EXPECT_EQ(bpf_entry_read(row(Layer::kDriver, "cuLaunchKernelEx")),
+            EACGM_ENTRY_READ(5u, uint32_t{kRcx}, uint32_t{kRdi}, 0u));
+  // cuMemcpy3DAsync: Width, Height and Depth (words 22-24 of *pCopy) after its two arguments.
+  EXPECT_EQ(bpf_entry_read(row(Layer::kDriver, "cuMemcpy3DAsync_v2")),
+            EACGM_ENTRY_READ(3u, uint32_t{kRdx}, uint32_t{kRdi}, 22u));
+  // Every row that declares a stack slot gets it read; a read ends within the captured
+  // words; the extra word is never a row's out-pointer pointee as well.
+  for (Layer layer : all_layers()) {
     for (const ProbeSpec& spec : probe_table(layer)) {
+      const uint32_t read = bpf_entry_read(spec);
+      const uint32_t words = read & 0xf, into = (read >> 4) & 0xf;
+      if (read) {
+        EXPECT_LE(into + words, uint32_t{EACGM_CALL_WORDS}) << spec.symbol;
+      }
       for (const ArgSpec& arg : spec.args) {
-        if (arg.slot == kStack0 || arg.slot == kStack1) {
-          EXPECT_TRUE(bpf_row_flags(spec) & EACGM_ROW_STACK_ARGS) << spec.symbol;
+        if (arg.slot >= kStack0 && arg.slot != kNoSlot) {
+          EXPECT_NE(read, 0u) << spec.symbol;
+          EXPECT_GT(into + words, uint32_t{arg.slot}) << spec.symbol << " " << arg.name;
+        }
+        if (arg.slot == kExtra) {
+          EXPECT_EQ(spec.out_slot, kNoSlot) << spec.symbol;
         }
       }
     }

@@ -42,6 +42,7 @@ CallRecord launch(uint64_t handle, uint32_t pid = 10, uint64_t ns = 1000) {
   call.raw.args[kR9] = 1;
   call.raw.args[kStack0] = 1;
   call.raw.args[kStack1] = 512;
+  call.raw.out_value = 0x5678;  // the extra word: the third stack word, hStream
   call.duration_ns = ns;
   return call;
 }
@@ -52,9 +53,9 @@ TEST(DriverTable, LaunchShapesAndMemsetBytesDecode) {
   for (const DecodedArg& a : call.decoded_args())
     texts.push_back(std::string(a.name) + "=" + a.text);
   EXPECT_EQ(texts, (std::vector<std::string>{"f=0x1234", "grid=(4,2,1)", "block=(128,1,1)",
-                                             "sharedMemBytes=512"}));
-  // blockDimZ and sharedMemBytes are stack words: the row must ask BPF for them.
-  EXPECT_TRUE(bpf_row_flags(*call.spec) & EACGM_ROW_STACK_ARGS);
+                                             "sharedMemBytes=512", "hStream=0x5678"}));
+  // blockDimZ, sharedMemBytes and hStream are stack words: the row must ask BPF for them.
+  EXPECT_EQ(bpf_entry_read(*call.spec) & 0xf, 3u);
   CallRecord set = driver_call("cuMemsetD32_v2");
   set.raw.args[kRdx] = 100;
   EXPECT_EQ(set.bytes(), 400u);
@@ -63,9 +64,50 @@ TEST(DriverTable, LaunchShapesAndMemsetBytesDecode) {
   EXPECT_EQ(set16.bytes(), 200u);
 }
 
+// cuLaunchKernelEx: BPF copies *config's first five words over rcx..stack1 (probe_table.cpp).
+TEST(DriverTable, LaunchExShapeAndStreamComeFromItsConfig) {
+  CallRecord call = driver_call("cuLaunchKernelEx");
+  call.raw.args[kRdi] = 0x7000;  // config
+  call.raw.args[kRsi] = 0xf00;   // f
+  // CUlaunchConfig {grid 8,4,2; block 64,2,1; shared 1024; stream 0xabc}, as little-endian words.
+  call.raw.args[kRcx] = 8 | uint64_t{4} << 32;
+  call.raw.args[kR8] = 2 | uint64_t{64} << 32;
+  call.raw.args[kR9] = 2 | uint64_t{1} << 32;
+  call.raw.args[kStack0] = 1024 | uint64_t{0xdead} << 32;  // the padding is garbage
+  call.raw.args[kStack1] = 0xabc;
+  std::vector<std::string> texts;
+  for (const DecodedArg& a : call.decoded_args())
+    texts.push_back(std::string(a.name) + "=" + a.text);
+  EXPECT_EQ(texts, (std::vector<std::string>{"config=0x7000", "f=0xf00", "kernelParams=0x0",
+                                             "grid=(8,4,2)", "block=(64,2,1)",
+                                             "sharedMemBytes=1024", "hStream=0xabc"}));
+  EXPECT_EQ(call.spec->kernel_slot, kRsi);
+}
+
+TEST(DriverTable, CopiesOfTwoAndThreeDimensionsMoveTheirExtent) {
+  CallRecord copy2d = driver_call("cuMemcpy2D_v2");
+  copy2d.raw.args[kRsi] = 640;  // WidthInBytes, read from *pCopy
+  copy2d.raw.args[kRdx] = 48;   // Height
+  EXPECT_EQ(copy2d.bytes(), 640u * 48u);
+  CallRecord copy3d = driver_call("cuMemcpy3DAsync_v2");
+  copy3d.raw.args[kRsi] = 0x99;  // hStream
+  copy3d.raw.args[kRdx] = 256;
+  copy3d.raw.args[kRcx] = 4;
+  copy3d.raw.args[kR8] = 3;
+  EXPECT_EQ(copy3d.bytes(), 256u * 4u * 3u);
+  CallRecord pitch = driver_call("cuMemAllocPitch_v2");
+  pitch.raw.args[kRdx] = 100;
+  pitch.raw.args[kRcx] = 7;
+  EXPECT_EQ(pitch.bytes(), 700u);
+  EXPECT_EQ(pitch.spec->memory, MemoryEffect::kDeviceAlloc);
+  CallRecord peer = driver_call("cuMemcpyPeerAsync");
+  peer.raw.args[kR8] = 4096;
+  EXPECT_EQ(peer.bytes(), 4096u);
+}
+
 TEST(DriverTable, NamingRowsTellBpfWhereTheNameAndHandleAre) {
   const ProbeSpec& get = probe_row(Layer::kDriver, "cuModuleGetFunction");
-  EXPECT_EQ(row_number(Layer::kDriver, "cuModuleGetFunction"), 64u);  // the fuzzer's seed's row
+  EXPECT_EQ(row_number(Layer::kDriver, "cuModuleGetFunction"), 79u);  // the fuzzer's seed's row
   EXPECT_TRUE(bpf_row_flags(get) & EACGM_ROW_NAMES);
   EXPECT_EQ(bpf_name_slots(get), EACGM_NAME_KEY_OUT << 4 | kRdx);
   const ProbeSpec& reg = probe_row(Layer::kCuda, "__cudaRegisterFunction");
