@@ -2,9 +2,10 @@
 // pair that does nothing, and how many traced calls per second eacgm records without drops.
 //
 // The workload is simgpu's `cuda_calls --sequence sync-loop`, which times N calls of
-// cudaStreamSynchronize(NULL) between two clock reads, so process start-up, attaching and writing
-// the session are outside the measurement. Modes, run in interleaved rounds so that drift on a
-// noisy machine hits all of them alike:
+// cudaStreamSynchronize(NULL) (with --driver, the driver's cuStreamSynchronize in NVIDIA's stub
+// libcuda: the driver layer's probes) between two clock reads, so process start-up, attaching and
+// writing the session are outside the measurement. Modes, run in interleaved rounds so that drift
+// on a noisy machine hits all of them alike:
 //   untraced  nothing attached;
 //   bare      bench/bare_probe.bpf.c's empty entry and return programs on the function: the floor;
 //   handlers  eacgm's own BPF programs (probes::Tracer) with a reader thread that only counts
@@ -26,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -34,6 +36,7 @@
 #include "bench_skeletons.h"
 #include "bpf/events.h"
 #include "probes/attached_probe.h"
+#include "probes/probe_table.h"
 #include "probes/tracer.h"
 #include "workload.h"
 
@@ -43,7 +46,9 @@ namespace fs = std::filesystem;
 using eacgm::AttachedProbe;
 using eacgm::Error;
 using eacgm::Result;
+using eacgm::bench::kDriverFunction;
 using eacgm::bench::kFunction;
+using eacgm::bench::kNvidiaDriverStub;
 using eacgm::bench::kNvidiaLib;
 using eacgm::bench::median;
 using eacgm::bench::read_file;
@@ -71,6 +76,8 @@ bool records(Mode mode) { return mode == Mode::kHandlers || mode == Mode::kEacgm
 
 struct Options {
   std::string lib;
+  std::string function = kFunction;
+  bool driver = false;
   bool sim = false;
   std::string sim_latency = "0";
   long long calls = 200000;
@@ -87,8 +94,9 @@ struct Options {
 // bench/bare_probe.bpf.c, loaded once, attached for the runs of the `bare` mode only.
 class BareProbe {
  public:
-  static Result<std::unique_ptr<BareProbe>> load(const std::string& lib) {
-    auto offset = eacgm::bench::function_offset(lib, kFunction);
+  static Result<std::unique_ptr<BareProbe>> load(const std::string& lib,
+                                                 const std::string& function) {
+    auto offset = eacgm::bench::function_offset(lib, function);
     if (!offset) return offset.error();
     std::unique_ptr<BareProbe> probe(new BareProbe());
     probe->lib_ = lib;
@@ -132,9 +140,11 @@ class BareProbe {
 class CountingTracer {
  public:
   static Result<std::unique_ptr<CountingTracer>> start(const std::string& lib) {
+    const std::optional<eacgm::Layer> layer = eacgm::library_layer(lib);
+    if (!layer) return Error{lib + " is not a library of a traced layer"};
     std::unique_ptr<CountingTracer> self(new CountingTracer());
     eacgm::Tracer::Options topts;
-    topts.layers = {eacgm::Layer::kCuda};
+    topts.layers = {*layer};
     topts.stop_on_dlopen = false;
     auto tracer = eacgm::Tracer::open(topts, [p = self.get()](std::span<const std::byte> data) {
       eacgm_header hdr;
@@ -145,7 +155,7 @@ class CountingTracer {
     if (!tracer) return tracer.error();
     self->tracer_ = std::move(*tracer);
     if (auto r = self->tracer_->add_target(static_cast<uint32_t>(getpid())); !r) return r.error();
-    if (auto r = self->tracer_->attach_library(eacgm::Layer::kCuda, lib); !r) return r.error();
+    if (auto r = self->tracer_->attach_library(*layer, lib); !r) return r.error();
     self->reader_ = std::thread([p = self.get()] {
       while (!p->stop_.load()) p->tracer_->poll(100);
     });
@@ -181,7 +191,7 @@ class Bench {
     using eacgm::bench::parse_sync_loops;
     using eacgm::bench::run_command;
     std::vector<std::string> argv =
-        eacgm::bench::sync_loop_argv(o_.cuda_calls, o_.lib, procs, calls);
+        eacgm::bench::sync_loop_argv(o_.cuda_calls, o_.lib, procs, calls, o_.function);
     const fs::path err_path = dir_ / "stderr.txt";
     switch (mode) {
       case Mode::kUntraced: {
@@ -381,10 +391,18 @@ int run_main(Options o) {
     fmt::print(stderr, "probe_overhead: run as root (it loads BPF programs)\n");
     return 2;
   }
+  if (o.driver) {
+    if (o.sim) {
+      fmt::print(stderr, "probe_overhead: --driver runs on NVIDIA's driver stub, not --sim\n");
+      return 2;
+    }
+    if (o.lib.empty()) o.lib = kNvidiaDriverStub;
+    o.function = kDriverFunction;
+  }
   if (o.sim) {
     if (o.lib.empty()) o.lib = EACGM_BENCH_SIMGPU_LIB;
     // The simulated runtime's cudaStreamSynchronize waits 50 us unless told otherwise.
-    setenv("SIMGPU_RULES", fmt::format("latency {} {}", kFunction, o.sim_latency).c_str(), 1);
+    setenv("SIMGPU_RULES", fmt::format("latency {} {}", o.function, o.sim_latency).c_str(), 1);
   } else if (o.lib.empty()) {
     o.lib = kNvidiaLib;
   }
@@ -401,7 +419,7 @@ int run_main(Options o) {
   }
   const std::string installed_lib = o.lib;
   o.lib = (*scratch)->lib();
-  auto bare = BareProbe::load(o.lib);
+  auto bare = BareProbe::load(o.lib, o.function);
   if (!bare) {
     fmt::print(stderr, "probe_overhead: {}\n", bare.error().message);
     return 1;
@@ -410,14 +428,14 @@ int run_main(Options o) {
 
   utsname uts{};
   uname(&uts);
-  json result = {{"function", kFunction},
+  json result = {{"function", o.function},
                  {"lib", installed_lib},
                  {"simgpu_rules", o.sim ? std::getenv("SIMGPU_RULES") : ""},
                  {"kernel", uts.release},
                  {"cpus", std::thread::hardware_concurrency()},
                  {"rounds", o.runs}};
   if (!o.json) {
-    fmt::print("probe_overhead: {} in a copy of {}{}\nkernel {}, {} CPUs\n", kFunction,
+    fmt::print("probe_overhead: {} in a copy of {}{}\nkernel {}, {} CPUs\n", o.function,
                installed_lib,
                o.sim ? fmt::format(" (SIMGPU_RULES='{}')", std::getenv("SIMGPU_RULES")) : "",
                uts.release, std::thread::hardware_concurrency());
@@ -459,6 +477,9 @@ int main(int argc, char** argv) {
       "Per-call cost of eacgm's probes against a bare uprobe pair, and the call rate it "
       "records without drops (run as root; see docs/PERFORMANCE.md)"};
   app.add_option("--lib", o.lib, fmt::format("CUDA runtime to call (default: {})", kNvidiaLib));
+  app.add_flag("--driver", o.driver,
+               fmt::format("the driver layer: {} in NVIDIA's stub (default lib: {})",
+                           kDriverFunction, kNvidiaDriverStub));
   app.add_flag("--sim", o.sim,
                "call the simulated runtime (default lib: simgpu's) with --sim-latency per call");
   app.add_option("--sim-latency", o.sim_latency, "simulated cudaStreamSynchronize latency")

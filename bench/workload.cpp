@@ -21,9 +21,10 @@ extern char** environ;
 namespace eacgm::bench {
 
 std::vector<std::string> sync_loop_argv(const std::string& cuda_calls, const std::string& lib,
-                                        int procs, long long calls) {
+                                        int procs, long long calls, const std::string& function) {
   std::vector<std::string> one = {
       cuda_calls, "--lib", lib, "--sequence", "sync-loop", "--count", std::to_string(calls)};
+  if (function != kFunction) one.insert(one.end(), {"--sync-function", function});
   if (procs == 1) return one;
   std::vector<std::string> sh = {"/bin/sh", "-c",
                                  R"(i=0; while [ $i -lt $0 ]; do "$@" & i=$((i+1)); done; wait)",

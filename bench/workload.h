@@ -18,6 +18,9 @@ namespace eacgm::bench {
 
 inline constexpr const char* kFunction = "cudaStreamSynchronize";
 inline constexpr const char* kNvidiaLib = "/usr/local/cuda/lib64/libcudart.so.13";
+// The driver's counterpart, in NVIDIA's own stub of libcuda (it returns 34, no driver, at once).
+inline constexpr const char* kDriverFunction = "cuStreamSynchronize";
+inline constexpr const char* kNvidiaDriverStub = "/usr/local/cuda/lib64/stubs/libcuda.so";
 
 // One run of `procs` concurrent sync-loops.
 struct Run {
@@ -27,10 +30,12 @@ struct Run {
   uint64_t dropped = 0;             // failed ring buffer reservations, where that is counted
 };
 
-// `procs` sync-loops of `calls` calls each on `lib`. Several are started by one shell, so that a
-// tracer following the shell's children sees all of them.
+// `procs` sync-loops of `calls` calls each of `function` (shaped like cudaStreamSynchronize) in
+// `lib`. Several are started by one shell, so that a tracer following the shell's children sees
+// all of them.
 std::vector<std::string> sync_loop_argv(const std::string& cuda_calls, const std::string& lib,
-                                        int procs, long long calls);
+                                        int procs, long long calls,
+                                        const std::string& function = kFunction);
 
 // Runs argv to completion and returns its stdout. Its stderr goes to `err_path` and is quoted if
 // the command fails. `on_spawn`, if given, is called with the command's pid before the command
