@@ -264,6 +264,36 @@ class DriverLayer(EacgmTest):
         self.assertEqual(s.count("cuLaunchKernel", "driver"), n)
         self.assertEqual(s.count("cuMemAlloc_v2", "driver"), 1)
 
+    def test_the_demo_training_job_on_the_driver_counts_each_launch_once(self):
+        # simtrain registers its kernels as nvcc's constructors do; with the runtime on the
+        # driver, every runtime call below runs its driver call, as NVIDIA's runtime does.
+        steps, ranks = 20, 2
+        env = driver_env(SIMGPU_RUNTIME_USES_DRIVER="1")
+        s = self.record([os.path.join(SIM_BIN_DIR, "simtrain"), "--ranks", str(ranks),
+                         "--steps", str(steps)], env=env)
+        self.assertEqual(s.returncode, 0, s.stderr)
+        launches = ranks * steps * 5
+        self.assertEqual(s.count("cudaLaunchKernel"), launches)
+        self.assertEqual(s.count("cudaMalloc"), ranks * (1 + 3 * steps))
+        driver = s.summary["layers"]["driver"]
+        self.assertEqual(driver.get("calls", {}), {})
+        inner = driver["inner_calls"]
+        self.assertEqual(inner["cuLaunchKernel"], launches)
+        self.assertEqual(inner["cuMemAlloc_v2"], ranks * (1 + 3 * steps))
+        self.assertEqual(inner["cuStreamSynchronize"], ranks * steps)
+        # Each of the five kernels by its registered name, launched once per step per rank.
+        names = {k["name"]: k["launches"] for k in s.summary["kernels"]["cuda"]["by_launches"]}
+        self.assertEqual(names, {n: ranks * steps for n in (
+            "embedding_fwd(int*)", "gemm_fwd(int*)", "softmax_fwd(int*)", "gemm_bwd(int*)",
+            "adam_step(int*)")})
+        self.assertNotIn("driver", s.summary["kernels"])
+        # Device memory once: the 256 MiB of weights and one step's 10.5 MiB at the peak.
+        peak = (256 << 20) + (8 << 20) + (2 << 20) + (512 << 10)
+        self.assertEqual(set(s.summary["memory"]["peak_device_bytes"].values()), {peak})
+        self.assertEqual(set(s.summary["memory"]["outstanding_device_bytes"].values()), {0})
+        self.assertEqual(s.summary.get("anomalies", []), [])
+        self.assertSessionComplete(s)
+
 
 if __name__ == "__main__":
     eacgm_testlib.main()
