@@ -30,6 +30,68 @@ const std::vector<ProbeSpec>& cuda_table() {
                               {"stream", kStack1, ArgFormat::kPointer}},
                      .kernel_slot = kRdi};
   };
+  // cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* func, void** args): the
+  // shape is in *config (driver_types.h): two dim3 (24 bytes), size_t dynamicSmemBytes, then
+  // the stream, read into the words from rcx on: grid x|y, grid z|block x, block y|z, shared
+  // memory, stream.
+  auto launch_ex = [](std::string_view name) {
+    return ProbeSpec{.symbol = name,
+                     .layer = Layer::kCuda,
+                     .args = {{"config", kRdi, ArgFormat::kPointer},
+                              {"func", kRsi, ArgFormat::kPointer},
+                              {"args", kRdx, ArgFormat::kPointer},
+                              {"gridDim", kRcx, ArgFormat::kDim3},
+                              {"blockDim", kR8, ArgFormat::kDim3High},
+                              {"dynamicSmemBytes", kStack0, ArgFormat::kSize},
+                              {"stream", kStack1, ArgFormat::kPointer}},
+                     .kernel_slot = kRsi,
+                     .read = MemoryRead{.from = kRdi, .offset_words = 0, .into = kRcx, .words = 5}};
+  };
+  auto memcpy_ = [](std::string_view name, bool async) {
+    std::vector<ArgSpec> args = {{"dst", kRdi, ArgFormat::kPointer},
+                                 {"src", kRsi, ArgFormat::kPointer},
+                                 {"count", kRdx, ArgFormat::kSize},
+                                 {"kind", kRcx, ArgFormat::kMemcpyKind}};
+    if (async) args.push_back({"stream", kR8, ArgFormat::kPointer});
+    return ProbeSpec{
+        .symbol = name, .layer = Layer::kCuda, .args = std::move(args), .bytes_slot = kRdx};
+  };
+  auto memset_ = [](std::string_view name, bool async) {
+    std::vector<ArgSpec> args = {{"devPtr", kRdi, ArgFormat::kPointer},
+                                 {"value", kRsi, ArgFormat::kInt},
+                                 {"count", kRdx, ArgFormat::kSize}};
+    if (async) args.push_back({"stream", kRcx, ArgFormat::kPointer});
+    return ProbeSpec{
+        .symbol = name, .layer = Layer::kCuda, .args = std::move(args), .bytes_slot = kRdx};
+  };
+  auto malloc_async = [](std::string_view name) {
+    return ProbeSpec{.symbol = name,
+                     .layer = Layer::kCuda,
+                     .args = {{"devPtr", kRdi, ArgFormat::kOutPointer},
+                              {"size", kRsi, ArgFormat::kSize},
+                              {"stream", kRdx, ArgFormat::kPointer}},
+                     .bytes_slot = kRsi,
+                     .out_slot = kRdi,
+                     .memory = MemoryEffect::kDeviceAlloc};
+  };
+  auto free_async = [](std::string_view name) {
+    return ProbeSpec{
+        .symbol = name,
+        .layer = Layer::kCuda,
+        .args = {{"devPtr", kRdi, ArgFormat::kPointer}, {"stream", kRsi, ArgFormat::kPointer}},
+        .memory = MemoryEffect::kDeviceFree,
+        .memory_ptr_slot = kRdi};
+  };
+  auto graph_launch = [](std::string_view name) {
+    return ProbeSpec{
+        .symbol = name,
+        .layer = Layer::kCuda,
+        .args = {{"graphExec", kRdi, ArgFormat::kPointer}, {"stream", kRsi, ArgFormat::kPointer}}};
+  };
+  auto stream_synchronize = [](std::string_view name) {
+    return ProbeSpec{
+        .symbol = name, .layer = Layer::kCuda, .args = {{"stream", kRdi, ArgFormat::kPointer}}};
+  };
   static const std::vector<ProbeSpec> table = {
       {.symbol = "cudaMalloc",
        .layer = Layer::kCuda,
@@ -61,54 +123,15 @@ const std::vector<ProbeSpec>& cuda_table() {
        .bytes_slot = kRsi,
        .out_slot = kRdi,
        .memory = MemoryEffect::kDeviceAlloc},
-      {.symbol = "cudaMallocAsync",
-       .layer = Layer::kCuda,
-       .args = {{"devPtr", kRdi, ArgFormat::kOutPointer},
-                {"size", kRsi, ArgFormat::kSize},
-                {"stream", kRdx, ArgFormat::kPointer}},
-       .bytes_slot = kRsi,
-       .out_slot = kRdi,
-       .memory = MemoryEffect::kDeviceAlloc},
-      {.symbol = "cudaFreeAsync",
-       .layer = Layer::kCuda,
-       .args = {{"devPtr", kRdi, ArgFormat::kPointer}, {"stream", kRsi, ArgFormat::kPointer}},
-       .memory = MemoryEffect::kDeviceFree,
-       .memory_ptr_slot = kRdi},
-      {.symbol = "cudaMemcpy",
-       .layer = Layer::kCuda,
-       .args = {{"dst", kRdi, ArgFormat::kPointer},
-                {"src", kRsi, ArgFormat::kPointer},
-                {"count", kRdx, ArgFormat::kSize},
-                {"kind", kRcx, ArgFormat::kMemcpyKind}},
-       .bytes_slot = kRdx},
-      {.symbol = "cudaMemcpyAsync",
-       .layer = Layer::kCuda,
-       .args = {{"dst", kRdi, ArgFormat::kPointer},
-                {"src", kRsi, ArgFormat::kPointer},
-                {"count", kRdx, ArgFormat::kSize},
-                {"kind", kRcx, ArgFormat::kMemcpyKind},
-                {"stream", kR8, ArgFormat::kPointer}},
-       .bytes_slot = kRdx},
-      {.symbol = "cudaMemset",
-       .layer = Layer::kCuda,
-       .args = {{"devPtr", kRdi, ArgFormat::kPointer},
-                {"value", kRsi, ArgFormat::kInt},
-                {"count", kRdx, ArgFormat::kSize}},
-       .bytes_slot = kRdx},
-      {.symbol = "cudaMemsetAsync",
-       .layer = Layer::kCuda,
-       .args = {{"devPtr", kRdi, ArgFormat::kPointer},
-                {"value", kRsi, ArgFormat::kInt},
-                {"count", kRdx, ArgFormat::kSize},
-                {"stream", kRcx, ArgFormat::kPointer}},
-       .bytes_slot = kRdx},
+      malloc_async("cudaMallocAsync"),
+      free_async("cudaFreeAsync"),
+      memcpy_("cudaMemcpy", false),
+      memcpy_("cudaMemcpyAsync", true),
+      memset_("cudaMemset", false),
+      memset_("cudaMemsetAsync", true),
       launch("cudaLaunchKernel"),
-      {.symbol = "cudaGraphLaunch",
-       .layer = Layer::kCuda,
-       .args = {{"graphExec", kRdi, ArgFormat::kPointer}, {"stream", kRsi, ArgFormat::kPointer}}},
-      {.symbol = "cudaStreamSynchronize",
-       .layer = Layer::kCuda,
-       .args = {{"stream", kRdi, ArgFormat::kPointer}}},
+      graph_launch("cudaGraphLaunch"),
+      stream_synchronize("cudaStreamSynchronize"),
       {.symbol = "cudaDeviceSynchronize", .layer = Layer::kCuda, .args = {}},
       {.symbol = "cudaEventSynchronize",
        .layer = Layer::kCuda,
@@ -117,24 +140,10 @@ const std::vector<ProbeSpec>& cuda_table() {
       launch("cudaLaunchKernel_ptsz"),
       launch("cudaLaunchCooperativeKernel"),
       launch("cudaLaunchCooperativeKernel_ptsz"),
-      {.symbol = "cudaLaunchKernelExC",
-       .layer = Layer::kCuda,
-       .args = {{"config", kRdi, ArgFormat::kPointer},
-                {"func", kRsi, ArgFormat::kPointer},
-                {"args", kRdx, ArgFormat::kPointer}},
-       .kernel_slot = kRsi},
-      {.symbol = "cudaLaunchKernelExC_ptsz",
-       .layer = Layer::kCuda,
-       .args = {{"config", kRdi, ArgFormat::kPointer},
-                {"func", kRsi, ArgFormat::kPointer},
-                {"args", kRdx, ArgFormat::kPointer}},
-       .kernel_slot = kRsi},
-      {.symbol = "cudaGraphLaunch_ptsz",
-       .layer = Layer::kCuda,
-       .args = {{"graphExec", kRdi, ArgFormat::kPointer}, {"stream", kRsi, ArgFormat::kPointer}}},
-      {.symbol = "cudaStreamSynchronize_ptsz",
-       .layer = Layer::kCuda,
-       .args = {{"stream", kRdi, ArgFormat::kPointer}}},
+      launch_ex("cudaLaunchKernelExC"),
+      launch_ex("cudaLaunchKernelExC_ptsz"),
+      graph_launch("cudaGraphLaunch_ptsz"),
+      stream_synchronize("cudaStreamSynchronize_ptsz"),
       // Every nvcc-built library's constructor registers each kernel's host stub (the `func`
       // of a launch) with its device name. Returns nothing.
       {.symbol = "__cudaRegisterFunction",
@@ -145,6 +154,13 @@ const std::vector<ProbeSpec>& cuda_table() {
        .returns_status = false,
        .name_slot = kRdx,
        .name_key_slot = kRsi},
+      // The per-thread default stream variants (nvcc --default-stream per-thread) of the rest.
+      memcpy_("cudaMemcpy_ptds", false),
+      memcpy_("cudaMemcpyAsync_ptsz", true),
+      memset_("cudaMemset_ptds", false),
+      memset_("cudaMemsetAsync_ptsz", true),
+      malloc_async("cudaMallocAsync_ptsz"),
+      free_async("cudaFreeAsync_ptsz"),
   };
   return table;
 }

@@ -235,6 +235,37 @@ class RealNvidiaRuntime(EacgmTest):
         self.assertEqual(json.loads(args)["gridDim"], "(4,2,1)")
         self.assertEqual(json.loads(args)["stream"], "0x5678")
 
+    def test_extended_launches_and_per_thread_stream_variants(self):
+        """cudaLaunchKernelExC's shape and stream come from its cudaLaunchConfig_t; the
+        per-thread default stream variants (nvcc --default-stream per-thread) are traced."""
+        import json
+        script = os.path.join(self.tmp, "job.py")
+        with open(script, "w") as f:
+            f.write(f"""import ctypes
+lib = ctypes.CDLL({REAL_CUDART!r})
+u, p, n = ctypes.c_uint, ctypes.c_void_p, ctypes.c_size_t
+# cudaLaunchConfig_t: gridDim (8,4,2), blockDim (64,2,1), 2048 bytes, stream 0xabc, no attrs.
+config = (ctypes.c_uint * 14)(8, 4, 2, 64, 2, 1, 2048, 0, 0xabc, 0, 0, 0, 0, 0)
+lib.cudaLaunchKernelExC(ctypes.byref(config), p(0x1234), None)
+lib.cudaLaunchKernelExC_ptsz(ctypes.byref(config), p(0x1234), None)
+lib.cudaMemcpy_ptds(p(0x1000), p(0x2000), n(4096), ctypes.c_int(1))
+lib.cudaMemsetAsync_ptsz(p(0x1000), ctypes.c_int(0), n(512), p(0x5678))
+""")
+        s = self.record(["/usr/bin/python3.11", script], "--layers", "cuda")
+        self.assertEqual(s.returncode, 0, s.stderr)
+        self.assertEqual({k: v["count"] for k, v in s.calls().items()},
+                         {"cudaLaunchKernelExC": 1, "cudaLaunchKernelExC_ptsz": 1,
+                          "cudaMemcpy_ptds": 1, "cudaMemsetAsync_ptsz": 1})
+        for name in ("cudaLaunchKernelExC", "cudaLaunchKernelExC_ptsz"):
+            (args,) = s.rows("SELECT args FROM calls WHERE name = ?", name)[0]
+            args = json.loads(args)
+            self.assertEqual({k: args[k] for k in ("func", "gridDim", "blockDim",
+                                                    "dynamicSmemBytes", "stream")},
+                             {"func": "0x1234", "gridDim": "(8,4,2)", "blockDim": "(64,2,1)",
+                              "dynamicSmemBytes": 2048, "stream": "0xabc"}, name)
+        (args,) = s.rows("SELECT args FROM calls WHERE name = 'cudaMemcpy_ptds'")[0]
+        self.assertEqual(json.loads(args)["kind"], "cudaMemcpyHostToDevice")
+
 
 if __name__ == "__main__":
     eacgm_testlib.main()
