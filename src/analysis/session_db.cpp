@@ -54,7 +54,8 @@ uint64_t pointer_arg(const char* args_json, const std::string& name) {
 
 }  // namespace
 
-Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string& dir) {
+Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string& dir,
+                                                               bool with_places) {
   struct stat st {};
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return Error{fmt::format("{}: no such session directory", dir)};
@@ -121,18 +122,15 @@ Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string
   Stmt s;
   // A driver call inside a runtime call (`inner_call`) is that call's own work: replayed once, as
   // the live run counted it. Sessions before the driver layer have no such column and no such row.
-  if (auto r = prepare(
-          "SELECT pid, layer, name, start_ns, duration_ns, bytes, error IS NOT NULL, args FROM "
-          "calls WHERE inner_call = 0 ORDER BY id",
-          s);
-      !r) {
-    if (auto old = prepare(
-            "SELECT pid, layer, name, start_ns, duration_ns, bytes, error IS NOT NULL, args FROM "
-            "calls ORDER BY id",
-            s);
-        !old) {
-      return old.error();
-    }
+  // The kernel column came with the driver layer too: older sessions name no kernel.
+  const std::string columns =
+      "pid, layer, name, start_ns, duration_ns, bytes, error IS NOT NULL, args";
+  const std::string sql = fmt::format("SELECT {}{} FROM calls WHERE inner_call = 0 ORDER BY id",
+                                      columns, with_places ? ", tid, depth, kernel" : "");
+  const std::string old_sql = fmt::format("SELECT {}{} FROM calls ORDER BY id", columns,
+                                          with_places ? ", tid, depth, NULL" : "");
+  if (auto r = prepare(sql.c_str(), s); !r) {
+    if (auto old = prepare(old_sql.c_str(), s); !old) return old.error();
   }
   std::map<std::pair<Layer, std::string_view>, MemoryRole> roles;
   std::unordered_map<uint32_t, std::pair<int64_t, std::unordered_map<uint64_t, uint64_t>>> memory;
@@ -173,6 +171,15 @@ Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string
     c.memory_event = !c.failed && (role->second.effect == MemoryEffect::kDeviceAlloc ||
                                    role->second.effect == MemoryEffect::kDeviceFree);
     session->calls.push_back(c);
+    if (with_places) {
+      CallPlace place;
+      place.tid = static_cast<uint32_t>(sqlite3_column_int64(s.stmt, 8));
+      place.depth = static_cast<uint32_t>(sqlite3_column_int64(s.stmt, 9));
+      if (const auto* kernel = reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 10))) {
+        if (*kernel != '\0') place.kernel = *session->names.emplace(kernel).first;
+      }
+      session->places.push_back(place);
+    }
   }
   if (rc != SQLITE_DONE) {
     return Error{fmt::format("cannot read the calls of {}: {}", path, sqlite3_errmsg(db.db))};

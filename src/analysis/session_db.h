@@ -17,6 +17,14 @@
 
 namespace eacgm {
 
+// Where a call ran, for what needs the nesting of calls (eacgm compare: torch operator self time)
+// or the kernel a launch named.
+struct CallPlace {
+  uint32_t tid = 0;
+  uint32_t depth = 0;       // calls.depth: traced calls open on the thread when it began
+  std::string_view kernel;  // calls.kernel (points into `names`); empty when none or unknown
+};
+
 struct RecordedSession {
   std::string dir;
   uint64_t start_ns = 0, end_ns = 0;
@@ -24,11 +32,14 @@ struct RecordedSession {
   std::map<uint32_t, uint64_t> process_end_ns;  // processes that exited
   std::vector<CallSample> calls;                // in arrival order
   std::set<std::string, std::less<>> names;     // the calls' names point here
+  std::vector<CallPlace> places;                // calls[i]'s place, when loaded `with_places`
 };
 
 // Errors name the directory or file and say what is wrong (missing, not a session database,
 // unreadable). Not movable once loaded (calls point into `names`): hence the pointer.
-Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string& dir);
+// `with_places` also fills `places` (the analysis replay has no use for them).
+Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string& dir,
+                                                               bool with_places = false);
 
 // Plays the session's calls into `analyzer` as the live recorder would (advancing its clock with
 // the calls) and returns every anomaly it reports, leaks included when `leaks` is given.

@@ -14,6 +14,7 @@
 #include "agent/trace_session.h"
 #include "cli/analyze_command.h"
 #include "cli/cluster_command.h"
+#include "cli/compare_command.h"
 #include "cli/doctor.h"
 #include "cli/gmm_command.h"
 #include "cli/numeric_flags.h"
@@ -138,6 +139,11 @@ int main(int argc, char** argv) {
   eacgm::add_analyze_commands(app, run_analyze);
   std::function<int()> run_scan;
   eacgm::add_scan_command(app, run_scan);
+  // Everything after the first "--" (below): record's job, compare's candidate sessions.
+  std::vector<std::string> job_argv;
+  bool separator = false;
+  std::function<int()> run_compare;
+  eacgm::add_compare_command(app, run_compare, job_argv, separator);
 
   CLI::App* doctor = app.add_subcommand("doctor", "check whether this machine can trace, and what");
   doctor->add_option("--nvml-lib", doctor_nvml,
@@ -166,10 +172,10 @@ int main(int argc, char** argv) {
 
   // Everything after the first "--" is the job's command line, untouched
   // (CLI11 would append its own "--" to a prefix command's arguments).
-  std::vector<std::string> job_argv;
   for (int i = 1; i < argc; ++i) {
     if (std::string_view(argv[i]) == "--") {
       job_argv.assign(argv + i + 1, argv + argc);
+      separator = true;
       argc = i;
       break;
     }
@@ -199,6 +205,7 @@ int main(int argc, char** argv) {
   if (run_cluster) return run_cluster();
   if (run_analyze) return run_analyze();
   if (run_scan) return run_scan();
+  if (run_compare) return run_compare();
   if (app.got_subcommand("doctor")) return eacgm::run_doctor(doctor_nvml);
   if (app.got_subcommand("record")) {
     for (const std::string& extra : record->remaining()) command.push_back(extra);

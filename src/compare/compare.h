@@ -1,0 +1,85 @@
+// `eacgm compare`: what changed between two sets of runs of one job. Each metric of each run
+// (run_data.h) is pooled per side, the two sides are tested against each other (rank_test.h), and
+// the decision rule below calls it a regression, an improvement, unchanged, or too rare to judge.
+// docs/COMPARE.md explains the statistic and its thresholds.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compare/run_data.h"
+
+namespace eacgm::compare {
+
+struct Thresholds {
+  // A change must be significant: two-sided p below this. Strict, because one comparison tests
+  // hundreds of metrics and each would otherwise flag one time in twenty by chance.
+  double alpha = 0.01;
+  // ...and large, in two senses: the medians differ by this factor (either way)...
+  double min_ratio = 1.2;
+  // ...and the values hardly overlap: |Cliff's delta| at least this ("large" in the usual reading
+  // of the statistic: 0.147 small, 0.33 medium, 0.474 large).
+  double min_delta = 0.474;
+  // Calls (latency: on both sides; rate: on either) below which an API is too rare to judge.
+  uint64_t min_calls = 100;
+  // Whole-run events (MAP_POPULATE mappings, signals, anomalies) on the busier side.
+  uint64_t min_events = 10;
+};
+
+enum class Verdict { kRegression, kImprovement, kUnchanged, kTooFew };
+
+// What the decision rule looks at for one metric.
+struct Evidence {
+  double p = 1;
+  double delta = 0;  // Cliff's delta, candidate against base
+  double ratio = 1;  // candidate / base: +inf when the base is 0 and the candidate is not
+  uint64_t base_count = 0, candidate_count = 0;
+  MetricInfo info;
+  // With several runs a side, whether every run points the same way: each candidate run beyond
+  // the base side's value and each base run short of the candidate's. One odd run (a noisy
+  // neighbour on the machine) then cannot make a change on its own.
+  bool runs_agree = true;
+};
+
+Verdict decide(const Evidence& e, const Thresholds& t);
+
+struct Change {
+  MetricKey key;
+  MetricInfo info;
+  Verdict verdict = Verdict::kUnchanged;
+  double base = 0, candidate = 0;  // the medians of the per-window values (events: the rates)
+  double ratio = 1;                // candidate / base; +inf for a value that was 0
+  double p = 1, z = 0, delta = 0;
+  bool exact = false;
+  size_t base_samples = 0, candidate_samples = 0;  // windows (events: runs)
+  uint64_t base_count = 0, candidate_count = 0;    // calls, samples or events
+  // What the change costs: seconds per second of the job more (less) spent in the API or operator
+  // in the candidate; for metrics that are not time (memory, GPU readings, events) none.
+  std::optional<double> time_share;
+};
+
+// An API, operator or kernel seen on one side only.
+struct Presence {
+  std::string process, layer, what;
+  uint64_t calls = 0;
+  double per_s = 0;
+};
+
+struct Comparison {
+  std::vector<std::string> base_dirs, candidate_dirs;
+  double window_s = 0;
+  std::vector<Change> regressions;   // the most costly first
+  std::vector<Change> improvements;  // the most saving first
+  size_t unchanged = 0;
+  size_t too_few = 0;          // metrics with too few calls or events to judge
+  std::vector<Change> others;  // the unchanged and too-few ones, for --all
+  std::vector<Presence> only_in_base, only_in_candidate;
+  std::vector<std::string> notes;  // runs that failed, events lost
+};
+
+Comparison compare_runs(const std::vector<RunData>& base, const std::vector<RunData>& candidate,
+                        double window_s, const Thresholds& thresholds = {});
+
+}  // namespace eacgm::compare

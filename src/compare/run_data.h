@@ -1,0 +1,113 @@
+// One recorded session measured for `eacgm compare`: every metric it can be compared on, each as
+// per-window values (the session cut into windows of equal length) or, for whole-run events
+// (MAP_POPULATE mappings, signals, anomalies), a count over the run's duration.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "analysis/session_db.h"
+#include "common/result.h"
+
+namespace eacgm::compare {
+
+// What is matched across runs: the process (by role: `rank:1`, `worker:rank:0`, `comm:python`;
+// `gpu:0` for a device; `job` for the whole job), the layer (`cuda` ... `os`, `memory`, `gpu`,
+// `anomaly`), the thing (API, operator, kernel, Python function, reading, kind) and the metric.
+struct MetricKey {
+  std::string process;
+  std::string layer;
+  std::string what;
+  std::string metric;
+  auto operator<=>(const MetricKey&) const = default;
+};
+
+// How a metric is read: its unit, which direction is worse, and how it is sampled.
+enum class Sampling { kWindows, kEvents };
+struct MetricInfo {
+  std::string_view unit;  // "ns", "/s", "bytes", "%", "W", "C", "MHz"
+  bool higher_is_worse = true;
+  Sampling sampling = Sampling::kWindows;
+  // Latency-like metrics need calls on both sides; a rate is judged when either side has them.
+  bool needs_both = true;
+};
+MetricInfo metric_info(std::string_view metric);
+
+// The names of the metrics (MetricKey::metric).
+inline constexpr std::string_view kLatency = "latency";
+// An API's share of its process's calls, per window: how often it is called relative to
+// everything else the process does, so that a job that merely ran faster or slower (a busier
+// machine) does not read as every API more or less frequent.
+inline constexpr std::string_view kShare = "share of calls";
+inline constexpr std::string_view kSelfTime = "self time";
+inline constexpr std::string_view kLaunchLatency = "launch latency";
+inline constexpr std::string_view kLaunchShare = "launch share";  // of the process's calls
+// The pace of a process: all its traced calls per second (layer "all", what "all calls"). Never a
+// regression or an improvement on its own (fewer calls a second may be a slower job, or one doing
+// less needless work): a change is a note.
+inline constexpr std::string_view kPace = "calls/s";
+inline constexpr std::string_view kMemoryPeak = "device memory peak";
+inline constexpr std::string_view kEventRate = "events/s";
+inline constexpr std::string_view kAnomalyRate = "anomalies/s";
+// GPU readings (per-window means of the gpu layer's samples).
+inline constexpr std::string_view kGpuUtil = "utilization";
+inline constexpr std::string_view kGpuMemory = "memory used";
+inline constexpr std::string_view kGpuPower = "power";
+inline constexpr std::string_view kGpuTemperature = "temperature";
+inline constexpr std::string_view kGpuClock = "SM clock";
+
+struct RunValues {
+  std::vector<double> windows;  // Sampling::kWindows: one value per window that has one
+  uint64_t count = 0;           // the calls (samples, events) behind the metric in this run
+  uint64_t total_ns = 0;        // calls: time inside them, for what a change costs
+};
+
+// How one run ended, for the notes: its exit code, and the causes of its processes' abnormal ends.
+struct RunEnd {
+  std::optional<int> exit_code;
+  std::vector<std::string> causes;
+};
+
+struct RunData {
+  std::string dir;
+  double seconds = 0;           // meta start to end
+  size_t windows = 0;           // how many windows it was cut into
+  uint64_t events_dropped = 0;  // ring-buffer events lost: the calls are incomplete
+  std::map<MetricKey, RunValues> metrics;
+  RunEnd end;
+};
+
+// One row of gpu_samples: the readings compare looks at, NaN where NVML had none.
+struct GpuReading {
+  int device = 0;
+  uint64_t ts_ns = 0;
+  double util_pct = 0, memory_used_bytes = 0, power_w = 0, temperature_c = 0, sm_clock_mhz = 0;
+};
+
+// A session read back: the calls (session_db) and summary.json (null when the session has none:
+// a crashed recorder's). Errors say what is wrong with the directory, in one line.
+struct LoadedRun {
+  std::unique_ptr<RecordedSession> session;
+  nlohmann::json summary;
+  std::vector<GpuReading> gpu;  // events.sqlite gpu_samples, empty without the gpu layer
+};
+Result<LoadedRun> load_run(const std::string& dir);
+
+double run_seconds(const LoadedRun& run);
+
+// The window every run of a comparison is cut into: a twentieth of the shortest run, between 50 ms
+// and 1 s, so that a short run still gives the rank test enough values and a long one many.
+uint64_t choose_window_ns(const std::vector<const LoadedRun*>& runs);
+
+// Every metric of `run`, cut into windows of `window_ns` from the session's start (a last window
+// shorter than half a window is left out: its rate would be noise).
+RunData measure_run(const LoadedRun& run, uint64_t window_ns);
+
+}  // namespace eacgm::compare

@@ -1,0 +1,167 @@
+"""bpf: `eacgm compare` on real recordings of one simulated training job, recorded several times
+healthy and with an injected change, with exact verdicts both ways: two healthy runs (or sets of
+runs) report no regression and exit 0; an API made 1.5x slower (the simulated runtime's own latency
+rule) is reported, alone, with its ratio and confidence, and exit 1; the reverse order reports an
+improvement; a device memory leak shows as device memory growth; bad input is exit 2 with a
+one-line message. The recordings are short (about 1.3 s each) and shared by every test."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+import eacgm_testlib  # noqa: E402
+from eacgm_testlib import EACGM, SIMTRAIN  # noqa: E402
+
+# 400 steps of about 3 ms (2 ms of host work each): ~1.3 s, twenty 60-ms windows per run.
+JOB = ["--ranks", "2", "--steps", "400", "--step-us", "2000"]
+# cudaLaunchKernel's default latency in the simulated runtime is 3 us: 1.5x slower.
+SLOW_LAUNCH = "latency cudaLaunchKernel 4500ns"
+# The kernels simtrain registers and launches once per step each (tests/fixtures/simgpu/README.md).
+KERNELS = ("embedding_fwd(int*)", "gemm_fwd(int*)", "softmax_fwd(int*)", "gemm_bwd(int*)",
+           "adam_step(int*)")
+LEAK_BYTES = str(1 << 20)  # one more 1 MiB cudaMalloc per step, never freed
+
+
+def eacgm(*args):
+    return subprocess.run([EACGM, *args], capture_output=True, text=True, timeout=120)
+
+
+class Compare(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("needs root to load BPF programs")
+        cls.shared = tempfile.mkdtemp(prefix="eacgm-compare-")
+        cls.healthy = [cls.record_simtrain(f"healthy{i}") for i in range(4)]
+        cls.slow = [cls.record_simtrain(f"slow{i}", {"SIMGPU_RULES": SLOW_LAUNCH})
+                    for i in range(2)]
+        cls.leak = cls.record_simtrain("leak", {}, ["--leak-bytes", LEAK_BYTES])
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.shared, ignore_errors=True)
+
+    @classmethod
+    def record_simtrain(cls, name, extra_env=None, extra_args=()):
+        out = os.path.join(cls.shared, name)
+        env = dict(os.environ, **(extra_env or {}))
+        proc = subprocess.run([EACGM, "record", "-q", "-o", out, "--layers", "cuda", "--",
+                               SIMTRAIN, *JOB, *extra_args],
+                              capture_output=True, text=True, timeout=120, env=env)
+        assert proc.returncode == 0, proc.stderr
+        return out
+
+    def compare(self, *args, expect):
+        proc = eacgm("compare", "--json", *args)  # options before any "--"
+        self.assertEqual(proc.returncode, expect, proc.stdout + proc.stderr)
+        report = json.loads(proc.stdout)
+        for key in ("regressions", "improvements", "unchanged"):
+            self.assertIn(key, report)
+        return report
+
+    def assertOnlyLaunchLatency(self, changes, low, high):
+        """Exactly cudaLaunchKernel's latency and that of each kernel it launches (simtrain names
+        its five), once per rank, with a ratio within [low, high]."""
+        want = []
+        for rank in ("rank:0", "rank:1"):
+            want.append(("cuda", "cudaLaunchKernel", "latency", rank))
+            want += [("cuda", kernel, "launch latency", rank) for kernel in KERNELS]
+        self.assertEqual(sorted((c["layer"], c["what"], c["metric"], c["process"]) for c in changes),
+                         sorted(want), json.dumps(changes, indent=1))
+        for c in changes:
+            self.assertGreaterEqual(c["ratio"], low, c)
+            self.assertLessEqual(c["ratio"], high, c)
+            self.assertGreater(c["confidence"], 0.99, c)
+            self.assertEqual(c["unit"], "ns")
+            self.assertAlmostEqual(c["ratio"], c["candidate"] / c["base"], places=6)
+            # What it costs (slower) or saves (faster), in seconds per second of the job.
+            self.assertEqual(c["time_share"] > 0, c["ratio"] > 1, c)
+
+    def test_healthy_runs_report_no_regression(self):
+        a, b, c, d = self.healthy
+        # A busier machine during one recording slows the whole job: that is a note on its pace,
+        # never a regression of every API (their shares of the calls stay as they were).
+        for args in ([a, b], [c, d], [a, b, "--", c, d], [c, d, "--", a, b]):
+            report = self.compare(*args, expect=0)
+            self.assertEqual(report["regressions"], [], args)
+            self.assertEqual(report["improvements"], [], args)
+            self.assertGreater(report["unchanged"], 10, args)
+        proc = eacgm("compare", a, b)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("no regression", proc.stdout)
+        self.assertRegex(proc.stdout, r"\d+ unchanged")
+
+    def test_slower_api_is_the_one_regression(self):
+        # Measured latency includes the probes' own cost (about 1 us here), so 3 -> 4.5 us reads
+        # as about 1.4x; a range keeps the test about the verdict, not the host.
+        report = self.compare(*self.healthy[:2], "--", *self.slow, expect=1)
+        self.assertOnlyLaunchLatency(report["regressions"], 1.2, 1.7)
+        self.assertEqual(report["improvements"], [])
+        # One run a side is enough for a change this clear.
+        report = self.compare(self.healthy[2], self.slow[0], expect=1)
+        self.assertOnlyLaunchLatency(report["regressions"], 1.2, 1.7)
+        proc = eacgm("compare", self.healthy[2], self.slow[0])
+        self.assertEqual(proc.returncode, 1)
+        first = proc.stdout.splitlines()[1:3]
+        self.assertIn(f"{2 * (1 + len(KERNELS))} regressions", first[0])
+        self.assertIn("cudaLaunchKernel", first[1])
+        self.assertIn("latency", first[1])
+        self.assertIn("confidence", first[1])
+
+    def test_reverse_order_is_an_improvement(self):
+        report = self.compare(*self.slow, "--", *self.healthy[:2], expect=0)
+        self.assertEqual(report["regressions"], [])
+        self.assertOnlyLaunchLatency(report["improvements"], 1 / 1.7, 1 / 1.2)
+
+    def test_leak_shows_as_device_memory_growth(self):
+        report = self.compare(self.healthy[0], self.leak, expect=1)
+        memory = [c for c in report["regressions"] if c["metric"] == "device memory peak"]
+        self.assertEqual(sorted(c["process"] for c in memory), ["rank:0", "rank:1"],
+                         json.dumps(report["regressions"], indent=1))
+        for c in memory:
+            # 266.5 MiB held at most per step before; 400 leaked MiB more by the end.
+            self.assertGreater(c["ratio"], 1.3, c)
+            self.assertEqual(c["unit"], "bytes")
+        # Nothing else but the leak's own extra cudaMalloc per step (3 -> 4 a step).
+        others = [c for c in report["regressions"] if c not in memory]
+        for c in others:
+            self.assertEqual((c["what"], c["metric"]), ("cudaMalloc", "share of calls"), c)
+
+    def test_bad_input_is_a_clear_error(self):
+        def assertBad(args, fragment):
+            proc = eacgm("compare", *args)
+            self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
+            self.assertIn(fragment, proc.stderr)
+            self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
+            self.assertTrue(proc.stderr.startswith("eacgm: error: "), proc.stderr)
+
+        a, b, c = self.healthy[:3]
+        tmp = tempfile.mkdtemp(prefix="eacgm-compare-bad-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        missing = os.path.join(tmp, "nowhere")
+        assertBad([a, missing], "no such session directory")
+        os.mkdir(os.path.join(tmp, "empty"))
+        assertBad([os.path.join(tmp, "empty"), a], "no events.sqlite")
+        corrupt = os.path.join(tmp, "corrupt")
+        os.mkdir(corrupt)
+        with open(os.path.join(corrupt, "events.sqlite"), "wb") as f:
+            f.write(b"this is not a database" * 100)
+        assertBad([a, corrupt], "not an eacgm session database")
+        assertBad([a, b, c], "no '--'")
+        assertBad([a, b, "--"], "no candidate session after '--'")
+        assertBad(["--", a], "no base session before '--'")
+        assertBad([a], "needs two sessions")
+        # A job that made no call of the traced layers: nothing to compare.
+        quiet = os.path.join(tmp, "quiet")
+        proc = subprocess.run([EACGM, "record", "-q", "-o", quiet, "--layers", "cuda", "--",
+                               "true"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        assertBad([a, quiet], "no traced calls")
+
+
+if __name__ == "__main__":
+    eacgm_testlib.main()
