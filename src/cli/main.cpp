@@ -20,6 +20,7 @@
 #include "cli/numeric_flags.h"
 #include "cli/scan_command.h"
 #include "cli/serve_command.h"
+#include "cli/slo_command.h"
 #include "probes/torch_ops.h"
 
 namespace {
@@ -139,6 +140,8 @@ int main(int argc, char** argv) {
   eacgm::add_analyze_commands(app, run_analyze);
   std::function<int()> run_scan;
   eacgm::add_scan_command(app, run_scan);
+  std::function<int()> run_slo;
+  eacgm::add_slo_command(app, run_slo);
   // Everything after the first "--" (below): record's job, compare's candidate sessions.
   std::vector<std::string> job_argv;
   bool separator = false;
@@ -205,6 +208,7 @@ int main(int argc, char** argv) {
   if (run_cluster) return run_cluster();
   if (run_analyze) return run_analyze();
   if (run_scan) return run_scan();
+  if (run_slo) return run_slo();
   if (run_compare) return run_compare();
   if (app.got_subcommand("doctor")) return eacgm::run_doctor(doctor_nvml);
   if (app.got_subcommand("record")) {
