@@ -57,8 +57,10 @@ uint64_t pointer_arg(const char* args_json, const std::string& name) {
 Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string& dir,
                                                                bool with_places) {
   struct stat st {};
-  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return Error{fmt::format("{}: no such session directory", dir)};
+  if (stat(dir.c_str(), &st) != 0) return Error{fmt::format("{}: no such session directory", dir)};
+  if (!S_ISDIR(st.st_mode)) {
+    return Error{
+        fmt::format("{}: not a directory (a session is the directory record -o wrote)", dir)};
   }
   const std::string path = dir + "/events.sqlite";
   if (stat(path.c_str(), &st) != 0) {

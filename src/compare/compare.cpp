@@ -182,10 +182,14 @@ Comparison compare_runs(const std::vector<RunData>& base, const std::vector<RunD
       for (const auto& [key, values] : r.metrics) keys.insert(key);
     }
   }
+  size_t matched = 0;  // APIs, operators and kernels called on both sides
   for (const MetricKey& key : keys) {
     const MetricInfo info = metric_info(key.metric);
     if (is_call_metric(key.metric)) {
       const SideCalls b = side_calls(base, key), c = side_calls(candidate, key);
+      if (b.calls > 0 && c.calls > 0 && (key.metric == kShare || key.metric == kLaunchShare)) {
+        ++matched;
+      }
       if (b.calls == 0 || c.calls == 0) {
         // Seen on one side only: listed once (by its rate metric), not judged.
         if (key.metric == kShare || key.metric == kLaunchShare) {
@@ -259,6 +263,17 @@ Comparison compare_runs(const std::vector<RunData>& base, const std::vector<RunD
   std::sort(out.only_in_base.begin(), out.only_in_base.end(), by_calls);
   std::sort(out.only_in_candidate.begin(), out.only_in_candidate.end(), by_calls);
 
+  // Most of what one side called never ran on the other: a comparison of two different jobs (or
+  // of processes whose roles differ) says little, and "no regression" would mislead.
+  for (const auto& [side, only] :
+       {std::pair{"base", &out.only_in_base}, std::pair{"candidate", &out.only_in_candidate}}) {
+    if (only->size() > matched) {
+      out.notes.push_back(fmt::format(
+          "{} of the {}'s {} APIs, operators and kernels (by process role) did not run on the "
+          "other side: are these runs of the same job, with the same ranks and workers?",
+          only->size(), side, only->size() + matched));
+    }
+  }
   if (failed_runs(base) != failed_runs(candidate)) {
     out.notes.push_back(
         fmt::format("base: {}; candidate: {}", failures(base), failures(candidate)));

@@ -228,6 +228,26 @@ TEST(CompareRuns, ApisOnOneSideAreListedNotJudged) {
   EXPECT_EQ(c.only_in_candidate[0].what, "cudaMemsetAsync");
   EXPECT_EQ(c.only_in_candidate[0].calls, 1000u);
   EXPECT_NEAR(c.only_in_candidate[0].per_s, 500, 1e-9);
+  // One new API beside two that both sides call: the same job.
+  for (const std::string& note : c.notes) EXPECT_EQ(note.find("same job"), std::string::npos);
+}
+
+TEST(CompareRuns, RunsOfDifferentJobsSaySo) {
+  // The candidate's process is another one altogether: nothing matches, and "no regression"
+  // alone would mislead.
+  RunData other;
+  other.dir = "other";
+  other.seconds = 2;
+  other.windows = 20;
+  for (const char* metric : {"latency", "share of calls"}) {
+    other.metrics[{"comm:cuda_calls", "cuda", "cudaMalloc", metric}] =
+        RunValues{std::vector<double>(20, 1.0), 3000, 3'000'000};
+  }
+  const Comparison c = compare_runs({synthetic_run("a", 3000, 1)}, {other}, 0.1);
+  EXPECT_TRUE(c.regressions.empty());
+  size_t notes = 0;
+  for (const std::string& note : c.notes) notes += note.find("same job") != std::string::npos;
+  EXPECT_EQ(notes, 2u);  // each side's unmatched APIs
 }
 
 TEST(CompareRuns, EventsUseThePoissonTestOverWholeRuns) {
