@@ -1,0 +1,385 @@
+// eacgm slo without a recorder: the statistics taken from synthetic measured runs (compare's
+// RunData and p90 tails built by hand), the thresholds fitted from them, what is skipped and why,
+// check's verdicts (held, violated by how much, not judged), slo.json's round trip and the errors
+// of bad files, and the Prometheus rules. tests/bpf/test_slo.py runs the commands on real
+// recordings.
+#include "slo/slo.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "slo/measure.h"
+#include "slo/rules.h"
+
+namespace eacgm::slo {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024;
+
+compare::MetricKey metric(std::string process, std::string layer, std::string what,
+                          std::string_view name) {
+  return {std::move(process), std::move(layer), std::move(what), std::string(name)};
+}
+
+// A healthy-looking 10 s run of one rank: cudaLaunchKernel's p90 `p90_ns` over 5,000 calls; 20
+// steady windows of calls/s rising from 1000 to 1190 (times `pace`); a flat device memory of
+// `memory` bytes; a GPU at 60 %; 12 MAP_POPULATE mappings; the nccl, cuda and os layers active.
+SessionMeasure run(const std::string& dir, double p90_ns, double pace = 1,
+                   double memory = 100 * kMiB) {
+  SessionMeasure m;
+  m.dir = dir;
+  m.seconds = 10;
+  m.steady_tails[metric("rank:0", "cuda", "cudaLaunchKernel", compare::kLatency)] = {p90_ns, 5000,
+                                                                                     20};
+  m.steady_tails[metric("rank:0", "cuda", "cudaMalloc", compare::kLatency)] = {20000, 50, 20};
+  m.startup_tails[metric("rank:0", "cuda", "cudaMalloc", compare::kLatency)] = {30000, 150, 10};
+  std::vector<double> rates;
+  for (int i = 0; i < 20; ++i) rates.push_back(pace * (1000 + 10 * i));
+  m.steady.metrics[metric("rank:0", "all", "all calls", compare::kPace)] = {rates, 20000, 0};
+  m.steady.metrics[metric("rank:0", "memory", "device memory", compare::kMemoryPeak)] = {
+      std::vector<double>(20, memory), 100, 0};
+  m.steady.metrics[metric("job", "gpu", "device 0", compare::kGpuUtil)] = {
+      std::vector<double>(20, 60.0), 200, 0};
+  // Two start-up windows: too few for a percentile of windows.
+  m.startup.metrics[metric("rank:0", "all", "all calls", compare::kPace)] = {{500, 600}, 110, 0};
+  m.steady.metrics[metric("rank:0", "os", "MAP_POPULATE mmaps", compare::kEventRate)] = {{}, 12, 0};
+  m.active_layers = {"cuda", "nccl", "os"};
+  return m;
+}
+
+FitOptions options() {
+  FitOptions o;
+  o.windows = {1.0, 0.1, 0.5};
+  return o;
+}
+
+Slo healthy_slo() {
+  return fit(
+      {observe(run("h1", 4000, 1.0)), observe(run("h2", 4200, 0.9)), observe(run("h3", 4100, 1.1))},
+      options());
+}
+
+const Objective* find(const Slo& slo, Phase phase, std::string_view metric_name,
+                      std::string_view what) {
+  for (const Objective& o : slo.objectives) {
+    if (o.key.phase == phase && o.key.metric == metric_name && o.key.what == what) return &o;
+  }
+  return nullptr;
+}
+
+const Skipped* find_skipped(const Slo& slo, Phase phase, std::string_view metric_name,
+                            std::string_view what) {
+  for (const Skipped& s : slo.skipped) {
+    if (s.key.phase == phase && s.key.metric == metric_name && s.key.what == what) return &s;
+  }
+  return nullptr;
+}
+
+TEST(SloStatistics, QuantilesInterpolateBetweenRanks) {
+  EXPECT_EQ(quantile({}, 0.9), 0);
+  EXPECT_EQ(quantile({7}, 0.1), 7);
+  EXPECT_DOUBLE_EQ(quantile({4, 1, 3, 2, 5}, 0.5), 3);
+  EXPECT_DOUBLE_EQ(quantile({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 0.9), 10);
+  EXPECT_DOUBLE_EQ(quantile({1, 2}, 0.9), 1.9);
+}
+
+TEST(SloStatistics, ObserveTakesEachMetricsStatistic) {
+  const Observed o = observe(run("r", 4000));
+  const auto at = [&](Phase p, std::string process, std::string layer, std::string what,
+                      std::string_view m) {
+    return o.values.at({p, std::move(process), std::move(layer), std::move(what), std::string(m)});
+  };
+  EXPECT_EQ(at(Phase::kSteady, "rank:0", "cuda", "cudaLaunchKernel", kTailLatency).value, 4000);
+  EXPECT_EQ(at(Phase::kSteady, "rank:0", "cuda", "cudaLaunchKernel", kTailLatency).count, 5000u);
+  // A lower bound takes P10 of the windows: 1000 + 10 * (0.1 * 19).
+  EXPECT_DOUBLE_EQ(at(Phase::kSteady, "rank:0", "all", "all calls", kCallRate).value, 1019);
+  EXPECT_EQ(at(Phase::kSteady, "rank:0", "all", "all calls", kCallRate).windows, 20u);
+  EXPECT_DOUBLE_EQ(at(Phase::kSteady, "rank:0", "memory", "device memory", kDeviceMemory).value,
+                   100 * kMiB);
+  EXPECT_DOUBLE_EQ(at(Phase::kSteady, "job", "gpu", "device 0", kGpuUtilization).value, 60);
+  // Whole-run counts, per job, over the run's 10 s.
+  EXPECT_DOUBLE_EQ(at(Phase::kRun, "job", "os", "MAP_POPULATE mmaps", kEventRate).value, 1.2);
+  // Every anomaly kind that matters on an active layer is there, at 0; none for inactive layers.
+  EXPECT_EQ(at(Phase::kRun, "job", "nccl", "hang", kAnomalyRate).value, 0);
+  EXPECT_EQ(at(Phase::kRun, "job", "os", "oom_kill", kAnomalyRate).value, 0);
+  EXPECT_EQ(o.values.count({Phase::kRun, "job", "gpu", "xid", std::string(kAnomalyRate)}), 0u);
+}
+
+TEST(SloFit, ThresholdsAreTheWorstHealthyValuePlusTheLargerOfToleranceAndSpread) {
+  const Slo slo = healthy_slo();
+  EXPECT_EQ(slo.runs, (std::vector<std::string>{"h1", "h2", "h3"}));
+
+  const Objective* latency = find(slo, Phase::kSteady, kTailLatency, "cudaLaunchKernel");
+  ASSERT_NE(latency, nullptr);
+  EXPECT_EQ(latency->bound, Bound::kUpper);
+  EXPECT_EQ(latency->unit, "ns");
+  // 4200 + max(0.5 * 4200, 4200 - 4000).
+  EXPECT_DOUBLE_EQ(latency->threshold, 6300);
+  EXPECT_EQ(latency->values, (std::vector<double>{4000, 4200, 4100}));
+  EXPECT_EQ(latency->counts, (std::vector<uint64_t>{5000, 5000, 5000}));
+  EXPECT_EQ(objective_id(latency->key), "steady/p90_latency/cuda/cudaLaunchKernel/rank:0");
+
+  // Lower bound: the lowest P10 (917.1) less max(0.5 * 917.1, spread 1120.9 - 917.1).
+  const Objective* pace = find(slo, Phase::kSteady, kCallRate, "all calls");
+  ASSERT_NE(pace, nullptr);
+  EXPECT_EQ(pace->bound, Bound::kLower);
+  EXPECT_NEAR(pace->threshold, 917.1 - 0.5 * 917.1, 1e-9);
+  EXPECT_EQ(objective_id(pace->key), "steady/calls_per_s/all/all_calls/rank:0");
+
+  // Identical healthy runs: the spread is 0, the tolerance alone makes the margin.
+  const Objective* memory = find(slo, Phase::kSteady, kDeviceMemory, "device memory");
+  ASSERT_NE(memory, nullptr);
+  EXPECT_NEAR(memory->threshold, 110 * kMiB, 1);
+  const Objective* util = find(slo, Phase::kSteady, kGpuUtilization, "device 0");
+  ASSERT_NE(util, nullptr);
+  EXPECT_DOUBLE_EQ(util->threshold, 48);
+
+  // No hang in a healthy run: any hang at all violates.
+  const Objective* hang = find(slo, Phase::kRun, kAnomalyRate, "hang");
+  ASSERT_NE(hang, nullptr);
+  EXPECT_EQ(hang->threshold, 0);
+  EXPECT_EQ(hang->key.layer, "nccl");
+  EXPECT_EQ(hang->key.process, "job");
+  // 1.2/s + 50 %; above the floor of 10 events over the shortest run (1/s).
+  const Objective* populate = find(slo, Phase::kRun, kEventRate, "MAP_POPULATE mmaps");
+  ASSERT_NE(populate, nullptr);
+  EXPECT_NEAR(populate->threshold, 1.8, 1e-12);
+
+  // The start-up phase has its own baseline.
+  const Objective* startup = find(slo, Phase::kStartup, kTailLatency, "cudaMalloc");
+  ASSERT_NE(startup, nullptr);
+  EXPECT_DOUBLE_EQ(startup->threshold, 45000);
+}
+
+TEST(SloFit, TooLittleDataIsSkippedWithTheReason) {
+  const Slo slo = healthy_slo();
+  const Skipped* few_calls = find_skipped(slo, Phase::kSteady, kTailLatency, "cudaMalloc");
+  ASSERT_NE(few_calls, nullptr);
+  EXPECT_NE(few_calls->reason.find("50 calls in h1"), std::string::npos) << few_calls->reason;
+  EXPECT_NE(few_calls->reason.find("at least 100"), std::string::npos) << few_calls->reason;
+  const Skipped* few_windows = find_skipped(slo, Phase::kStartup, kCallRate, "all calls");
+  ASSERT_NE(few_windows, nullptr);
+  EXPECT_NE(few_windows->reason.find("2 windows"), std::string::npos) << few_windows->reason;
+
+  // Seen in one run only: not fitted.
+  SessionMeasure extra = run("h2", 4200);
+  extra.steady_tails[metric("rank:0", "cuda", "cudaMemcpy", compare::kLatency)] = {9000, 1000, 20};
+  const Slo partial = fit({observe(run("h1", 4000)), observe(extra)}, options());
+  const Skipped* unseen = find_skipped(partial, Phase::kSteady, kTailLatency, "cudaMemcpy");
+  ASSERT_NE(unseen, nullptr);
+  EXPECT_NE(unseen->reason.find("not seen in h1"), std::string::npos) << unseen->reason;
+
+  // An idle GPU (0 %) gives no lower bound.
+  SessionMeasure idle = run("i", 4000);
+  idle.steady.metrics[metric("job", "gpu", "device 0", compare::kGpuUtil)].windows.assign(20, 0);
+  const Slo idle_slo = fit({observe(idle)}, options());
+  EXPECT_EQ(find(idle_slo, Phase::kSteady, kGpuUtilization, "device 0"), nullptr);
+  EXPECT_NE(find_skipped(idle_slo, Phase::kSteady, kGpuUtilization, "device 0"), nullptr);
+
+  // A few events over a short run: the floor of 10 events over the shortest run holds.
+  SessionMeasure quiet = run("q", 4000);
+  quiet.steady.metrics[metric("rank:0", "os", "MAP_POPULATE mmaps", compare::kEventRate)].count = 1;
+  const Slo quiet_slo = fit({observe(quiet)}, options());
+  EXPECT_DOUBLE_EQ(find(quiet_slo, Phase::kRun, kEventRate, "MAP_POPULATE mmaps")->threshold, 1.0);
+
+  // --tolerance replaces every metric's own.
+  FitOptions loose = options();
+  loose.tolerance = 2.0;
+  const Slo loose_slo = fit({observe(run("h1", 4000))}, loose);
+  EXPECT_DOUBLE_EQ(find(loose_slo, Phase::kSteady, kTailLatency, "cudaLaunchKernel")->threshold,
+                   12000);
+}
+
+TEST(SloCheck, HealthyRunsHoldAndChangesViolateByHowMuch) {
+  const Slo slo = healthy_slo();
+  const SessionVerdicts healthy = check(slo, observe(run("h4", 4150)));
+  EXPECT_EQ(healthy.violated(), 0u);
+  for (const Verdict& v : healthy.verdicts) {
+    EXPECT_EQ(v.state, Verdict::State::kHeld) << objective_id(v.objective->key) << " " << v.reason;
+  }
+
+  // Launches five times slower, a leak, and a hang.
+  SessionMeasure bad = run("bad", 21000, 1.0, 200 * kMiB);
+  bad.steady.metrics[metric("rank:1", "nccl", "hang", compare::kAnomalyRate)] = {{}, 1, 0};
+  const SessionVerdicts verdicts = check(slo, observe(bad));
+  EXPECT_EQ(verdicts.violated(), 3u);
+  // Worst first: the hang (past a threshold of 0), then the latency (x3.33), then the memory
+  // (x1.8).
+  ASSERT_GE(verdicts.verdicts.size(), 3u);
+  EXPECT_EQ(verdicts.verdicts[0].objective->key.what, "hang");
+  EXPECT_TRUE(std::isinf(excess_ratio(*verdicts.verdicts[0].objective, 0.1)));
+  const Verdict& latency = verdicts.verdicts[1];
+  EXPECT_EQ(latency.state, Verdict::State::kViolated);
+  EXPECT_EQ(latency.objective->key.what, "cudaLaunchKernel");
+  EXPECT_DOUBLE_EQ(latency.observed->value, 21000);
+  EXPECT_NEAR(excess_ratio(*latency.objective, 21000), 21000.0 / 6300, 1e-12);
+  EXPECT_EQ(verdicts.verdicts[2].objective->key.metric, kDeviceMemory);
+
+  const std::string text = verdicts_text(slo, "slo.json", {healthy, verdicts});
+  EXPECT_NE(text.find("h4: every objective holds"), std::string::npos) << text;
+  EXPECT_NE(text.find("bad: VIOLATED: 3 of"), std::string::npos) << text;
+  EXPECT_NE(text.find("cuda cudaLaunchKernel [rank:0] steady p90 latency: 21.00 us, above the "
+                      "threshold 6.30 us by 14.70 us (x3.33); healthy runs: 4.00 us, 4.20 us, "
+                      "4.10 us"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("verdict: 1 of 2 sessions violate the SLO"), std::string::npos) << text;
+
+  const auto j = verdicts_json(slo, "slo.json", {healthy, verdicts});
+  EXPECT_EQ(j["verdict"], "violated");
+  EXPECT_EQ(j["sessions"][0]["violated"], 0);
+  const auto& v = j["sessions"][1]["violations"][1];
+  EXPECT_EQ(v["id"], "steady/p90_latency/cuda/cudaLaunchKernel/rank:0");
+  EXPECT_EQ(v["observed"], 21000.0);
+  EXPECT_EQ(v["threshold"], 6300.0);
+  EXPECT_EQ(v["by"], 14700.0);
+  EXPECT_EQ(v["bound"], "upper");
+  EXPECT_EQ(v["healthy"]["runs"], nlohmann::ordered_json({"h1", "h2", "h3"}));
+  EXPECT_TRUE(j["sessions"][1]["violations"][0]["ratio"].is_null());  // past a threshold of 0
+}
+
+TEST(SloCheck, MissingDataIsNotJudgedButASilentProcessViolates) {
+  const Slo slo = healthy_slo();
+  SessionMeasure m = run("short", 4000);
+  m.steady_tails[metric("rank:0", "cuda", "cudaLaunchKernel", compare::kLatency)].calls = 20;
+  m.steady.metrics.erase(metric("job", "gpu", "device 0", compare::kGpuUtil));
+  m.steady.metrics.erase(metric("rank:0", "all", "all calls", compare::kPace));
+  const SessionVerdicts v = check(slo, observe(m));
+  size_t not_judged = 0;
+  for (const Verdict& x : v.verdicts) {
+    const std::string id = objective_id(x.objective->key);
+    if (x.objective->key.metric == kCallRate && x.objective->key.phase == Phase::kSteady) {
+      EXPECT_EQ(x.state, Verdict::State::kViolated) << id;  // rank:0 made no calls: rate 0
+    } else if (id == "steady/p90_latency/cuda/cudaLaunchKernel/rank:0") {
+      EXPECT_EQ(x.state, Verdict::State::kNotJudged) << id;
+      EXPECT_NE(x.reason.find("20 calls"), std::string::npos) << x.reason;
+      ++not_judged;
+    } else if (id == "steady/utilization/gpu/device_0/job") {
+      EXPECT_EQ(x.state, Verdict::State::kNotJudged) << id;
+      ++not_judged;
+    } else {
+      EXPECT_EQ(x.state, Verdict::State::kHeld) << id;
+    }
+  }
+  EXPECT_EQ(not_judged, 2u);
+  EXPECT_EQ(v.violated(), 1u);
+}
+
+TEST(SloFile, RoundTripKeepsEveryObjectiveAndVerdict) {
+  const Slo slo = healthy_slo();
+  const std::string text = to_json(slo).dump(2);
+  auto back = from_json(nlohmann::json::parse(text));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  ASSERT_EQ(back->objectives.size(), slo.objectives.size());
+  for (size_t i = 0; i < slo.objectives.size(); ++i) {
+    const Objective& a = slo.objectives[i];
+    const Objective& b = back->objectives[i];
+    EXPECT_EQ(a.key, b.key);
+    EXPECT_EQ(a.bound, b.bound);
+    EXPECT_DOUBLE_EQ(a.threshold, b.threshold);
+    EXPECT_EQ(a.unit, b.unit);
+    EXPECT_EQ(a.values, b.values);
+    EXPECT_EQ(a.runs, b.runs);
+  }
+  EXPECT_EQ(back->skipped.size(), slo.skipped.size());
+  EXPECT_DOUBLE_EQ(back->windows.startup_s, 1.0);
+  EXPECT_DOUBLE_EQ(back->windows.steady_window_s, 0.5);
+  EXPECT_EQ(back->runs, slo.runs);
+  EXPECT_EQ(to_json(*back).dump(2), text);  // and writing it again changes nothing
+
+  // What a reader looks for is there, by name.
+  const auto j = nlohmann::json::parse(text);
+  EXPECT_EQ(j["version"], 1);
+  const auto& o = j["objectives"][0];
+  for (const char* field : {"id", "what", "layer", "process", "metric", "unit", "bound",
+                            "threshold", "window", "evidence"}) {
+    EXPECT_TRUE(o.contains(field)) << field;
+  }
+  EXPECT_TRUE(j["skipped"][0].contains("reason"));
+}
+
+TEST(SloFile, BadFilesAreOneLineErrors) {
+  const std::string good = to_json(healthy_slo()).dump();
+  auto error_of = [](const std::string& text) {
+    auto slo = from_json(nlohmann::json::parse(text));
+    EXPECT_FALSE(slo.ok()) << text.substr(0, 200);
+    return slo.ok() ? std::string() : slo.error().message;
+  };
+  auto j = nlohmann::json::parse(good);
+  j["version"] = 2;
+  EXPECT_NE(error_of(j.dump()).find("SLO file version 2; this eacgm reads version 1"),
+            std::string::npos);
+  j.erase("version");
+  EXPECT_NE(error_of(j.dump()).find("no \"version\""), std::string::npos);
+  j = nlohmann::json::parse(good);
+  j["objectives"][2].erase("threshold");
+  EXPECT_EQ(error_of(j.dump()), "objective 3 has no \"threshold\" number");
+  j = nlohmann::json::parse(good);
+  j["objectives"][0]["bound"] = "sideways";
+  EXPECT_NE(error_of(j.dump()).find("objective 1 has bound \"sideways\""), std::string::npos);
+  j = nlohmann::json::parse(good);
+  j["objectives"][0]["metric"] = "happiness";
+  EXPECT_NE(error_of(j.dump()).find("a metric this eacgm does not know"), std::string::npos);
+  j = nlohmann::json::parse(good);
+  j["objectives"][0]["window"]["phase"] = "lunch";
+  EXPECT_NE(error_of(j.dump()).find("unknown phase \"lunch\""), std::string::npos);
+  j = nlohmann::json::parse(good);
+  j.erase("objectives");
+  EXPECT_EQ(error_of(j.dump()), "no \"objectives\" list");
+  EXPECT_NE(error_of("[1, 2]").find("not a JSON object"), std::string::npos);
+
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("slo_test_{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string missing = (dir / "missing.json").string();
+  auto r = read_slo_file(missing);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("no SLO file " + missing), std::string::npos);
+  const std::string corrupt = (dir / "corrupt.json").string();
+  std::ofstream(corrupt) << good.substr(0, good.size() / 2);
+  r = read_slo_file(corrupt);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("is not JSON"), std::string::npos);
+  EXPECT_EQ(r.error().message.find('\n'), std::string::npos);
+  const std::string ok = (dir / "ok.json").string();
+  std::ofstream(ok) << good;
+  EXPECT_TRUE(read_slo_file(ok).ok());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(SloRules, ObjectivesServeExportsBecomeRulesTheOthersComments) {
+  Slo slo = healthy_slo();
+  // A second process role for the same API: one rule at the looser threshold.
+  Objective other = *find(slo, Phase::kSteady, kTailLatency, "cudaLaunchKernel");
+  other.key.process = "rank:1";
+  other.threshold = 9000;
+  slo.objectives.push_back(other);
+  const std::string rules = render_rules(slo, {"slo.json", 300, 300});
+  EXPECT_NE(rules.find("groups:\n  - name: eacgm-slo\n    rules:\n"), std::string::npos) << rules;
+  EXPECT_NE(rules.find("expr: \"histogram_quantile(0.9, sum by (instance, le) "
+                       "(rate(eacgm_call_duration_seconds_bucket{layer=\\\"cuda\\\","
+                       "api=\\\"cudaLaunchKernel\\\"}[300s]))) > 9e-06\""),
+            std::string::npos)
+      << rules;
+  EXPECT_EQ(rules.find("> 6.3e-06"), std::string::npos) << rules;  // the tighter one is not used
+  EXPECT_NE(rules.find("eacgm_process_device_memory_bytes{rank=\\\"0\\\"}"), std::string::npos);
+  EXPECT_NE(rules.find("avg_over_time(eacgm_gpu_util_ratio{device=\\\"0\\\"}[300s]) < 0.48"),
+            std::string::npos)
+      << rules;
+  EXPECT_NE(rules.find("eacgm_anomaly_timestamp_seconds{kind=\\\"hang\\\",layer=\\\"nccl\\\"}"),
+            std::string::npos);
+  // No serve metric: comments, with the reason.
+  EXPECT_NE(rules.find("#   steady/calls_per_s/all/all_calls/rank:0"), std::string::npos) << rules;
+  EXPECT_NE(rules.find("#   run/events_per_s/os/MAP_POPULATE_mmaps/job"), std::string::npos);
+  EXPECT_NE(rules.find("#   startup/p90_latency/cuda/cudaMalloc/rank:0"), std::string::npos);
+  EXPECT_NE(rules.find("      - alert: EacgmSloLatency\n"), std::string::npos) << rules;
+}
+
+}  // namespace
+}  // namespace eacgm::slo
