@@ -97,28 +97,40 @@ void add_trace_options(CLI::App* cmd, eacgm::TraceOptions& opts, std::string& la
   cmd->add_flag("-v,--verbose", opts.verbose, "show libbpf's diagnostics");
 }
 
-// The word where a command was expected, if it names none: CLI11 alone says "A subcommand is
-// required" of `eacgm nosuchcommand`, as if no command had been given. Walks the words down
-// through the commands that require one of their own (eacgm, eacgm model); nullopt when every
-// command word is known, or an option comes first (CLI11 reports that better).
-std::optional<std::string> unknown_command(CLI::App& app, int argc, char** argv) {
+// What is wrong with the command words, if anything: CLI11 alone says "A subcommand is required"
+// both of `eacgm nosuchcommand` and of `eacgm slo`, naming neither the word nor the choices. Walks
+// the words down through the commands that require one of their own (eacgm, eacgm model, eacgm
+// slo); nullopt when every command word is known, or an option comes first (CLI11 reports that
+// better).
+std::optional<std::string> command_word_error(CLI::App& app, int argc, char** argv) {
   CLI::App* current = &app;
-  for (int i = 1; i < argc && current->get_require_subcommand_min() > 0; ++i) {
-    const std::string word = argv[i];
-    if (word.starts_with('-')) return std::nullopt;
+  const auto choices = [&] {
     std::vector<std::string> names;
-    CLI::App* next = nullptr;
     for (CLI::App* sub : current->get_subcommands([](CLI::App*) { return true; })) {
       names.push_back(sub->get_name());
+    }
+    return names;
+  };
+  const auto command = [&] {
+    return current == &app ? std::string("eacgm") : fmt::format("'eacgm {}'", current->get_name());
+  };
+  int i = 1;
+  for (; i < argc && current->get_require_subcommand_min() > 0; ++i) {
+    const std::string word = argv[i];
+    if (word.starts_with('-')) return std::nullopt;
+    CLI::App* next = nullptr;
+    for (CLI::App* sub : current->get_subcommands([](CLI::App*) { return true; })) {
       if (sub->check_name(word)) next = sub;
     }
     if (next == nullptr) {
-      const std::string where =
-          current == &app ? "" : fmt::format(" of 'eacgm {}'", current->get_name());
+      const std::string where = current == &app ? "" : fmt::format(" of {}", command());
       return fmt::format("unknown command '{}'{}; the commands are: {}", word, where,
-                         fmt::join(names, ", "));
+                         fmt::join(choices(), ", "));
     }
     current = next;
+  }
+  if (i >= argc && current->get_require_subcommand_min() > 0) {
+    return fmt::format("{} needs a command: {}", command(), fmt::join(choices(), ", "));
   }
   return std::nullopt;
 }
@@ -187,7 +199,7 @@ int main(int argc, char** argv) {
   // With an explicit "--", every option before it is ours: unknown ones are errors.
   if (!job_argv.empty()) record->prefix_command(false);
 
-  if (auto unknown = unknown_command(app, argc, argv)) {
+  if (auto unknown = command_word_error(app, argc, argv)) {
     fmt::print(stderr, "eacgm: error: {}\nRun 'eacgm --help' for usage.\n", *unknown);
     return eacgm::kExitUsage;
   }

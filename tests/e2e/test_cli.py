@@ -36,6 +36,10 @@ class BadInput(EacgmTest):
             self.assertIn(command, p.stderr.splitlines()[0])
         self.assertUsageError(run("model", "nosuch"), "unknown command 'nosuch' of 'eacgm model'",
                               "fit")
+        # A command that needs one of its own, given none: the choices, not CLI11's sentence.
+        self.assertUsageError(run("slo"), "'eacgm slo' needs a command: fit, check, rules")
+        self.assertUsageError(run("model"), "'eacgm model' needs a command:", "fit")
+        self.assertUsageError(run(), "eacgm needs a command:", "record")
 
     def test_numeric_flags_are_bounded(self):
         # Negative, NaN, infinite, overflowing and absurd values of every numeric flag of record,
