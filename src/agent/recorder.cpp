@@ -288,7 +288,9 @@ void Recorder::on_call(const CallRecord& event) {
   ProcessInfo& proc = session_.process(event.pid);
   flight_.add(event.pid, Event{event});
   if (!event.finished) {
-    collectives_.on_begin(event, &proc);
+    CallRecord entry = event;
+    entry.collective = collectives_.on_begin(event, &proc);
+    for (auto& sink : sinks_) sink->on_entry(entry);
     return;
   }
   CallRecord call = event;

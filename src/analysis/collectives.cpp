@@ -46,9 +46,6 @@ double bus_factor(std::string_view name, int n) {
 
 std::string hex16(uint64_t a, uint64_t b) { return fmt::format("{:016x}{:016x}", a, b); }
 
-// A communicator created before eacgm attached, assumed from RANK and
-// WORLD_SIZE; its ranks are aligned on time (see collectives.h).
-constexpr std::string_view kAssumedWorld = "world";
 // Per rank, at most this many ends and arrivals wait for the alignment.
 constexpr size_t kMaxUnaligned = 4096;
 // Consecutive collectives that must all overlap under a rank's offset.
@@ -98,7 +95,7 @@ CollectiveTracker::Comm* CollectiveTracker::comm_of(const CallRecord& call,
   // A communicator created before we attached: if the launcher told the
   // process its rank and world size, assume the one world communicator.
   if (process && process->rank && process->world_size) {
-    Comm comm{.id = std::string(kAssumedWorld),
+    Comm comm{.id = std::string(kAssumedWorldComm),
               .rank = *process->rank,
               .nranks = *process->world_size,
               .next_seq = 0,
@@ -237,7 +234,7 @@ void CollectiveTracker::align_world() {
     w.offset = -static_cast<int64_t>(first[rank]);
   }
   world_aligned_ = true;
-  const std::string id(kAssumedWorld);
+  const std::string id(kAssumedWorldComm);
   for (auto& [rank, w] : world_) {
     for (const WorldRank::Begin& b : w.begins) {
       const int64_t seq = static_cast<int64_t>(b.local) + *w.offset;

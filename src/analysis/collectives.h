@@ -29,12 +29,17 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "session/session.h"
 
 namespace eacgm {
+
+// The id of a communicator created before eacgm attached, assumed from RANK and WORLD_SIZE; its
+// ranks are aligned on time (above).
+inline constexpr std::string_view kAssumedWorldComm = "world";
 
 class CollectiveTracker {
  public:

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/collectives.h"
+#include "common/clock.h"
 #include "common/json_text.h"
 
 namespace eacgm {
@@ -57,6 +59,24 @@ std::vector<MetricFamilyInfo> ServeMetrics::families() {
       {"eacgm_call_duration_seconds", "histogram", "Call latency, by layer and API or collective."},
       {"eacgm_collective_duration_seconds", "histogram",
        "NCCL collective latency of each rank (the rank from its communicator)."},
+      {"eacgm_nccl_rank_communicator_size", "gauge",
+       "Ranks in an NCCL communicator, one series per rank of it traced here: the ranks each "
+       "node sees, for verdicts across nodes."},
+      {"eacgm_nccl_rank_entered_seq", "gauge",
+       "Sequence number of the latest collective this rank entered on the communicator (1: the "
+       "first after its creation); absent while the numbering is unknown."},
+      {"eacgm_nccl_rank_completed_seq", "gauge",
+       "Sequence number of the latest collective this rank returned from."},
+      {"eacgm_nccl_rank_inside_seconds", "gauge",
+       "How long the rank has been inside its current collective call (0 when it is in none), "
+       "on this node's clock."},
+      {"eacgm_nccl_rank_progress_age_seconds", "gauge",
+       "Seconds since the rank last entered or returned from a collective on the communicator, "
+       "on this node's clock."},
+      {"eacgm_nccl_rank_collective_seconds_total", "counter",
+       "Time the rank spent inside collective calls that returned: with the count, what it "
+       "waits per collective (the straggler waits least)."},
+      {"eacgm_nccl_rank_collectives_total", "counter", "Collective calls the rank returned from."},
       {"eacgm_process_info", "gauge",
        "A traced process's identity: rank, job and cgroup (always 1)."},
       {"eacgm_process_device_memory_bytes", "gauge",
@@ -136,6 +156,59 @@ void ServeMetrics::on_call(const CallRecord& call) {
     it->second.rank = call.collective->rank;
     it->second.latency.observe(call.duration_ns);
   }
+  if (call.spec->role == CallRole::kCollective) {
+    if (NcclRank* r = nccl_rank(call)) {
+      if (call.collective) r->completed_seq = call.collective->seq;
+      r->inside_since_ns.reset();
+      r->progress_ns = std::max(r->progress_ns, call.start_ns + call.duration_ns);
+      ++r->collectives;
+      r->inside_ns += call.duration_ns;
+    }
+  }
+}
+
+ServeMetrics::NcclRank* ServeMetrics::nccl_rank(const CallRecord& call) {
+  // The communicator, from its creation or the ranks' alignment; else the world communicator
+  // assumed from the process's RANK and WORLD_SIZE, numbered nowhere yet.
+  std::string comm;
+  int rank = -1, nranks = 0;
+  if (call.collective) {
+    comm = call.collective->comm_id;
+    rank = call.collective->rank;
+    nranks = call.collective->nranks;
+  } else if (auto p = processes_.find(call.pid);
+             p != processes_.end() && p->second.rank && p->second.world_size) {
+    comm = kAssumedWorldComm;
+    rank = *p->second.rank;
+    nranks = *p->second.world_size;
+  } else {
+    return nullptr;
+  }
+  auto it = nccl_ranks_.find({call.pid, comm});
+  if (it == nccl_ranks_.end()) {
+    // Bounded: a process that splits communicators without end gets its first few followed.
+    const auto first = nccl_ranks_.lower_bound({call.pid, ""});
+    const auto of_pid =
+        static_cast<size_t>(std::distance(first, nccl_ranks_.lower_bound({call.pid + 1, ""})));
+    if (of_pid >= options_.max_communicators_per_process ||
+        nccl_ranks_.size() >= options_.max_processes * options_.max_communicators_per_process) {
+      return nullptr;
+    }
+    it = nccl_ranks_.emplace(NcclRankKey{call.pid, comm}, NcclRank{}).first;
+  }
+  it->second.rank = rank;
+  it->second.nranks = nranks;
+  return &it->second;
+}
+
+void ServeMetrics::on_entry(const CallRecord& entry) {
+  if (entry.spec->role != CallRole::kCollective) return;
+  std::lock_guard lock(mu_);
+  NcclRank* r = nccl_rank(entry);
+  if (!r) return;
+  if (entry.collective) r->entered_seq = entry.collective->seq;
+  r->inside_since_ns = entry.start_ns;
+  r->progress_ns = std::max(r->progress_ns, entry.start_ns);
 }
 
 void ServeMetrics::on_gpu_sample(const GpuSample& sample) {
@@ -172,6 +245,7 @@ void ServeMetrics::forget_process(uint32_t pid) {
   processes_.erase(pid);
   collectives_.erase(pid);
   calls_by_process_.erase(pid);
+  nccl_ranks_.erase(nccl_ranks_.lower_bound({pid, ""}), nccl_ranks_.lower_bound({pid + 1, ""}));
 }
 
 void ServeMetrics::set_overhead(TracingOverhead overhead) {
@@ -242,7 +316,9 @@ Labels ServeMetrics::process_labels(uint32_t pid) const {
   return labels;
 }
 
-std::string ServeMetrics::render() const {
+std::string ServeMetrics::render() const { return render(monotonic_ns()); }
+
+std::string ServeMetrics::render(uint64_t now_ns) const {
   std::lock_guard lock(mu_);
   std::map<std::string, MetricFamilyInfo> info;
   for (MetricFamilyInfo& f : families()) info.emplace(f.name, std::move(f));
@@ -283,6 +359,43 @@ std::string ServeMetrics::render() const {
     Labels labels = process_labels(pid);
     labels[1].second = std::to_string(c.rank);  // the communicator's word on the rank
     out.histogram("eacgm_collective_duration_seconds", labels, c.latency);
+  }
+
+  {
+    // Per rank of each communicator, of live processes only.
+    auto labels = [this](const NcclRankKey& key, const NcclRank& r) {
+      Labels l = process_labels(key.first);
+      l[1].second = std::to_string(r.rank);  // the communicator's word on the rank
+      l.emplace_back("communicator", key.second);
+      return l;
+    };
+    auto seconds_since = [now_ns](uint64_t then_ns) {
+      return now_ns > then_ns ? static_cast<double>(now_ns - then_ns) / 1e9 : 0.0;
+    };
+    auto each = [&](const char* name, auto value) {
+      family(name);
+      for (const auto& [key, r] : nccl_ranks_) {
+        if (!processes_.contains(key.first)) continue;
+        if (const std::optional<double> v = value(r)) out.sample(name, labels(key, r), *v);
+      }
+    };
+    using V = std::optional<double>;
+    each("eacgm_nccl_rank_communicator_size", [](const NcclRank& r) -> V { return r.nranks; });
+    each("eacgm_nccl_rank_entered_seq", [](const NcclRank& r) -> V {
+      return r.entered_seq ? V(static_cast<double>(*r.entered_seq)) : std::nullopt;
+    });
+    each("eacgm_nccl_rank_completed_seq", [](const NcclRank& r) -> V {
+      return r.completed_seq ? V(static_cast<double>(*r.completed_seq)) : std::nullopt;
+    });
+    each("eacgm_nccl_rank_inside_seconds", [&](const NcclRank& r) -> V {
+      return r.inside_since_ns ? seconds_since(*r.inside_since_ns) : 0.0;
+    });
+    each("eacgm_nccl_rank_progress_age_seconds",
+         [&](const NcclRank& r) -> V { return seconds_since(r.progress_ns); });
+    each("eacgm_nccl_rank_collective_seconds_total",
+         [](const NcclRank& r) -> V { return static_cast<double>(r.inside_ns) / 1e9; });
+    each("eacgm_nccl_rank_collectives_total",
+         [](const NcclRank& r) -> V { return static_cast<double>(r.collectives); });
   }
 
   family("eacgm_process_info");

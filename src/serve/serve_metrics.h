@@ -52,12 +52,14 @@ class ServeMetrics : public Sink {
     size_t max_processes = 256;
     size_t max_names_per_layer = 100;
     size_t max_anomalies = 64;  // recent anomalies kept for /anomalies and their gauge
+    size_t max_communicators_per_process = 16;  // NCCL ranks followed per process
   };
 
   ServeMetrics(Options options, std::string version);
 
   // Sink: the main loop, as calls and readings are decoded.
   void on_call(const CallRecord& call) override;
+  void on_entry(const CallRecord& entry) override;
   void on_gpu_sample(const GpuSample& sample) override;
   void on_gpu_event(const GpuEvent& event) override;
   Result<void> finish(const Session&) override { return {}; }
@@ -71,8 +73,10 @@ class ServeMetrics : public Sink {
   // What tracing has cost so far (agent/overhead_meter.h).
   void set_overhead(TracingOverhead overhead);
 
-  // Any thread.
+  // Any thread. Durations still running (a rank inside a collective) are measured up to
+  // `now_ns` (CLOCK_MONOTONIC, like events); render() takes the clock.
   std::string render() const;
+  std::string render(uint64_t now_ns) const;
   std::string anomalies_json() const;
   size_t processes() const;
 
@@ -93,6 +97,21 @@ class ServeMetrics : public Sink {
     int rank = -1;
     LatencyHistogram latency;
   };
+  // Where one rank of one communicator is, for verdicts across nodes (eacgm cluster, the
+  // alerting rules): only durations measured on this node and sequence numbers, which every
+  // node counts alike, so that no two nodes' clocks are ever compared.
+  struct NcclRank {
+    int rank = -1;
+    int nranks = 0;
+    std::optional<uint64_t> entered_seq;      // known when the communicator's numbering is
+    std::optional<uint64_t> completed_seq;    // (its creation was seen, or ranks were aligned)
+    std::optional<uint64_t> inside_since_ns;  // entered the current collective at
+    uint64_t progress_ns = 0;                 // latest entry or return
+    uint64_t collectives = 0;                 // finished collective calls
+    uint64_t inside_ns = 0;                   // time inside them
+  };
+  using NcclRankKey = std::pair<uint32_t, std::string>;  // pid, communicator id
+  NcclRank* nccl_rank(const CallRecord& call);
   struct RecentAnomaly {
     Anomaly anomaly;
     std::string job_id;
@@ -116,7 +135,8 @@ class ServeMetrics : public Sink {
   std::map<std::pair<Layer, std::string>, ApiStats> apis_;
   std::map<Layer, BoundedNames> names_;
   std::map<uint32_t, ServedProcess> processes_;
-  std::map<uint32_t, RankCollectives> collectives_;                         // by pid
+  std::map<uint32_t, RankCollectives> collectives_;  // by pid
+  std::map<NcclRankKey, NcclRank> nccl_ranks_;
   std::map<std::pair<std::string, std::string>, uint64_t> anomaly_counts_;  // kind, layer
   std::deque<RecentAnomaly> recent_;
   std::map<uint32_t, GpuDevice> gpus_;

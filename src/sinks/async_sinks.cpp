@@ -63,7 +63,13 @@ void AsyncSinks::run() {
         std::visit(
             [&sink](const auto& v) {
               using T = std::decay_t<decltype(v)>;
-              if constexpr (std::is_same_v<T, CallRecord>) sink->on_call(v);
+              if constexpr (std::is_same_v<T, CallRecord>) {
+                if (v.finished) {
+                  sink->on_call(v);
+                } else {
+                  sink->on_entry(v);
+                }
+              }
               if constexpr (std::is_same_v<T, GpuSample>) sink->on_gpu_sample(v);
               if constexpr (std::is_same_v<T, GpuEvent>) sink->on_gpu_event(v);
               if constexpr (std::is_same_v<T, PythonStackChange>) sink->on_python_stack(v);

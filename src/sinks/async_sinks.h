@@ -37,6 +37,7 @@ class AsyncSinks : public Sink {
   AsyncSinks& operator=(const AsyncSinks&) = delete;
 
   void on_call(const CallRecord& call) override { push(call); }
+  void on_entry(const CallRecord& entry) override { push(entry); }  // `finished` tells them apart
   void on_gpu_sample(const GpuSample& sample) override { push(sample); }
   void on_gpu_event(const GpuEvent& event) override { push(event); }
   void on_python_stack(const PythonStackChange& change) override { push(change); }

@@ -13,6 +13,10 @@ class Sink {
  public:
   virtual ~Sink() = default;
   virtual void on_call(const CallRecord& call) = 0;
+  // The entry of a call whose probe reports entries (NCCL collectives), before it returns; its
+  // `collective` says which collective, when the communicator is known. For whoever shows what
+  // is in flight now; a sink that keeps finished calls only ignores it.
+  virtual void on_entry(const CallRecord& /*entry*/) {}
   // The gpu layer: one device reading, one device event (XID, ECC), in the
   // order the main loop drains them. Sinks that keep no GPU data ignore them.
   virtual void on_gpu_sample(const GpuSample& /*sample*/) {}

@@ -164,6 +164,121 @@ TEST(ServeMetricsTest, OverheadOfTheAgentAndOfEachTracedProcess) {
   EXPECT_EQ(m.render().find("pid=\"42\""), std::string::npos);
 }
 
+// Where each rank of each communicator is, for verdicts across nodes: sequence numbers and
+// durations measured here, per (process, communicator); gone with the process.
+TEST(ServeMetricsTest, NcclRankSeriesSayWhereEachRankIs) {
+  ServeMetrics m({}, "9.9");
+  ServedProcess p;
+  p.pid = 7;
+  p.rank = 2;
+  p.world_size = 4;
+  p.job_id = "j";
+  m.update_process(p);
+  const std::string comm = "00112233445566778899aabbccddeeff";
+  CallRecord c;
+  c.pid = 7;
+  c.spec = &nccl_row("ncclAllReduce");
+  auto collective = [&](uint64_t seq, uint64_t start_ms, uint64_t duration_ms) {
+    c.collective = CollectiveRef{comm, seq, 1, 4};  // rank 1 of the communicator
+    c.start_ns = start_ms * 1'000'000;
+    c.finished = false;
+    c.duration_ns = 0;
+    m.on_entry(c);
+    c.finished = true;
+    c.duration_ns = duration_ms * 1'000'000;
+    m.on_call(c);
+  };
+  collective(1, 1000, 10);
+  collective(2, 1100, 30);
+  // The third is entered at 1200 ms and has not returned.
+  c.collective = CollectiveRef{comm, 3, 1, 4};
+  c.start_ns = 1'200'000'000;
+  c.finished = false;
+  m.on_entry(c);
+  const std::string t = m.render(3'700'000'000);
+  const std::string labels = "{pid=\"7\",rank=\"1\",job_id=\"j\",communicator=\"" + comm + "\"}";
+  for (const std::string& line : {"eacgm_nccl_rank_communicator_size" + labels + " 4\n",
+                                  "eacgm_nccl_rank_entered_seq" + labels + " 3\n",
+                                  "eacgm_nccl_rank_completed_seq" + labels + " 2\n",
+                                  "eacgm_nccl_rank_inside_seconds" + labels + " 2.5\n",
+                                  "eacgm_nccl_rank_progress_age_seconds" + labels + " 2.5\n",
+                                  "eacgm_nccl_rank_collective_seconds_total" + labels + " 0.04\n",
+                                  "eacgm_nccl_rank_collectives_total" + labels + " 2\n"}) {
+    EXPECT_NE(t.find(line), std::string::npos) << line << t;
+  }
+  // It returns: no longer inside; progress counts from the return.
+  c.finished = true;
+  c.duration_ns = 500'000'000;
+  m.on_call(c);
+  const std::string after = m.render(3'700'000'000);
+  EXPECT_NE(after.find("eacgm_nccl_rank_inside_seconds" + labels + " 0\n"), std::string::npos)
+      << after;
+  EXPECT_NE(after.find("eacgm_nccl_rank_progress_age_seconds" + labels + " 2\n"), std::string::npos)
+      << after;
+  EXPECT_NE(after.find("eacgm_nccl_rank_completed_seq" + labels + " 3\n"), std::string::npos);
+  m.forget_process(7);
+  EXPECT_EQ(m.render().find("eacgm_nccl_rank_communicator_size{"), std::string::npos);
+}
+
+// A communicator made before serve attached, unaligned: the world communicator assumed from the
+// process's RANK and WORLD_SIZE, with durations but no sequence numbers; a process without a
+// rank is not followed at all.
+TEST(ServeMetricsTest, NcclRankOfAnUnknownCommunicatorHasNoSequenceNumbers) {
+  ServeMetrics m({}, "9.9");
+  ServedProcess ranked;
+  ranked.pid = 8;
+  ranked.rank = 3;
+  ranked.world_size = 4;
+  m.update_process(ranked);
+  ServedProcess anonymous;
+  anonymous.pid = 9;
+  m.update_process(anonymous);
+  CallRecord c;
+  c.spec = &nccl_row("ncclAllReduce");
+  c.start_ns = 1'000'000'000;
+  c.finished = false;
+  for (uint32_t pid : {8u, 9u}) {
+    c.pid = pid;
+    m.on_entry(c);
+  }
+  const std::string t = m.render(4'000'000'000);
+  EXPECT_NE(
+      t.find(
+          "eacgm_nccl_rank_inside_seconds{pid=\"8\",rank=\"3\",job_id=\"\",communicator=\"world\"} "
+          "3\n"),
+      std::string::npos)
+      << t;
+  EXPECT_NE(
+      t.find("eacgm_nccl_rank_communicator_size{pid=\"8\",rank=\"3\",job_id=\"\",communicator="
+             "\"world\"} 4\n"),
+      std::string::npos);
+  EXPECT_EQ(t.find("eacgm_nccl_rank_entered_seq{"), std::string::npos) << t;
+  EXPECT_EQ(t.find("eacgm_nccl_rank_inside_seconds{pid=\"9\""), std::string::npos) << t;
+}
+
+// One process cannot grow the series without bound by making communicators.
+TEST(ServeMetricsTest, NcclRanksPerProcessAreBounded) {
+  ServeMetrics m({.max_communicators_per_process = 3}, "9.9");
+  ServedProcess p;
+  p.pid = 5;
+  m.update_process(p);
+  CallRecord c;
+  c.pid = 5;
+  c.spec = &nccl_row("ncclAllReduce");
+  c.finished = false;
+  for (int i = 0; i < 10; ++i) {
+    c.collective = CollectiveRef{"comm" + std::to_string(i), 1, 0, 2};
+    m.on_entry(c);
+  }
+  const std::string t = m.render(0);
+  size_t series = 0;
+  for (size_t at = t.find("eacgm_nccl_rank_communicator_size{"); at != std::string::npos;
+       at = t.find("eacgm_nccl_rank_communicator_size{", at + 1)) {
+    ++series;
+  }
+  EXPECT_EQ(series, 3u) << t;
+}
+
 TEST(ServeMetricsTest, EveryRenderedFamilyIsDeclaredOnceWithHelpAndType) {
   ServeMetrics m({}, "9.9");
   const std::string t = m.render();
