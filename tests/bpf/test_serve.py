@@ -146,7 +146,10 @@ class Prometheus:
         self.log.close()
 
 
-class ServeTest(EacgmTest):
+class ServeFixture(EacgmTest):
+    """serve instances, each limited to a cgroup of its own, jobs held until traced, and a
+    Prometheus; everything stopped and removed after each test."""
+
     def setUp(self):
         require_root(self)
         if not os.path.exists(PROMETHEUS):
@@ -216,7 +219,7 @@ class ServeTest(EacgmTest):
         return {int(dict(labels)["pid"]) for (name, labels) in self.metrics(serve)
                 if name == "eacgm_process_info"}
 
-    def held_job(self, cgroup, serve, args):
+    def held_job(self, cgroup, serve, args, env=None):
         """Starts simnccl_job in `cgroup`, released once `serve` traces it."""
         def enter_cgroup():
             with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
@@ -224,7 +227,7 @@ class ServeTest(EacgmTest):
 
         job = subprocess.Popen(["/usr/bin/python3.11", "-c", HOLD, SIM_LIB_DIR, SIMNCCL_JOB, *args],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                               preexec_fn=enter_cgroup)
+                               preexec_fn=enter_cgroup, env=env)
         self.jobs.append(job)
         self.assertEqual(job.stdout.readline(), "held\n")
         deadline = time.time() + 10
@@ -247,6 +250,9 @@ class ServeTest(EacgmTest):
     def expected_counts(self, ranks, apis):
         return {api: float(sum(int(r.get(api, 0)) for r in ranks.values())) for api in apis}
 
+
+
+class ServeTest(ServeFixture):
     def test_exact_counters_and_straggler_in_prometheus(self):
         # serve's default layers: the os layer is on, and changes no count and no verdict.
         cg = self.cgroup()
@@ -372,6 +378,186 @@ class ServeTest(EacgmTest):
         self.assertEqual(text.returncode, 0, text.stderr)
         self.assertIn(f"straggler: rank 1, pid {ranks_b[1]['pid']} on node 127.0.0.1:{port_b}",
                       text.stdout)
+
+
+def read_all(f):
+    f.seek(0)
+    return f.read()
+
+
+def rank_pids(launcher_pid):
+    """{global rank: pid} of a simnccl_job launcher's rank processes, from their environment."""
+    with open(f"/proc/{launcher_pid}/task/{launcher_pid}/children") as f:
+        children = [int(p) for p in f.read().split()]
+    ranks = {}
+    for pid in children:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+        ranks[int(env[b"RANK"])] = pid
+    return ranks
+
+
+class CrossNodeTest(ServeFixture):
+    """A 4-rank job spanning two nodes, launched as torchrun launches a multi-node job: one
+    launcher per node (ranks 0 and 1 on node A, 2 and 3 on node B), one NCCL id for both. Each
+    node is a serve limited to its own cgroup; one Prometheus scrapes both. `eacgm cluster` must
+    name the hung node, the hung rank, the slow node and the slow rank, exactly, and nothing on a
+    healthy job: verdicts that neither node can give alone."""
+
+    HANG_TIMEOUT_S = 3
+
+    def start_job(self, job_id, args):
+        """Both nodes' launchers of one job, released together once each node's serve traces its
+        own; returns them with the job's environment marker (TORCHELASTIC_RUN_ID)."""
+        nccl_id = subprocess.run([SIMNCCL_JOB, "--print-id"], capture_output=True, text=True,
+                                 check=True, timeout=30).stdout.strip()
+        env = dict(os.environ, TORCHELASTIC_RUN_ID=job_id)
+        launchers = [self.held_job(cg, node, ["--ranks", "4", "--nnodes", "2", "--node-rank",
+                                              str(k), "--nccl-id", nccl_id, *args], env=env)
+                     for k, (cg, node) in enumerate(self.nodes)]
+        for launcher in launchers:
+            self.release(launcher)
+        return launchers
+
+    def wait_hung(self, launchers, nranks_waiting):
+        """Until the ranks of both launchers exist and the waiting ones sit inside a collective."""
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            inside = sum(1 for node in self.serves for (name, _), v in self.metrics(node).items()
+                         if name == "eacgm_nccl_rank_inside_seconds" and v > 0)
+            if inside >= nranks_waiting:
+                break
+            time.sleep(0.2)
+        pids = {}
+        for launcher in launchers:
+            pids.update(rank_pids(launcher.pid))
+        self.assertEqual(sorted(pids), [0, 1, 2, 3])
+        return pids
+
+    def cluster(self):
+        out = subprocess.run([EACGM, "cluster", "--prometheus", self.prometheus.url, "--json",
+                              "--hang-timeout", str(self.HANG_TIMEOUT_S)],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return json.loads(out.stdout)
+
+    def test_hung_and_straggling_nodes_and_ranks_across_nodes(self):
+        cg_a, cg_b = self.cgroup(), self.cgroup()
+        port_a, port_b = free_port(), free_port()
+        self.nodes = [(cg_a, self.serve(port_a, cg_a)), (cg_b, self.serve(port_b, cg_b))]
+        node_a, node_b = f"127.0.0.1:{port_a}", f"127.0.0.1:{port_b}"
+        self.prometheus = Prometheus(self.tmp, [node_a, node_b])
+        run = uuid.uuid4().hex[:6]
+        jobs = {kind: f"{kind}-{run}" for kind in
+                ("node-hung", "rank-hung", "node-slow", "rank-slow", "healthy")}
+
+        # Two hung jobs, side by side (hung ranks take no CPU): node B's ranks stop before the
+        # third all-reduce; in the other, only rank 3 does.
+        node_hung = self.start_job(jobs["node-hung"], ["--steps", "100", "--hang-rank", "2,3",
+                                                       "--hang-step", "3"])
+        rank_hung = self.start_job(jobs["rank-hung"], ["--steps", "100", "--hang-rank", "3",
+                                                       "--hang-step", "3"])
+        node_hung_pids = self.wait_hung(node_hung, 2)
+        rank_hung_pids = self.wait_hung(rank_hung, 5)
+        # Then, one at a time (they are judged by their timing): node B 15 ms late at every
+        # collective, rank 1 15 ms late, and a healthy job.
+        finished = {}
+        for kind, args in (("node-slow", ["--slow-rank", "2,3", "--slow-ms", "15"]),
+                           ("rank-slow", ["--slow-rank", "1", "--slow-ms", "15"]),
+                           ("healthy", [])):
+            launchers = self.start_job(jobs[kind], ["--steps", "120", *args])
+            ranks = {}
+            for launcher in launchers:
+                ranks.update(self.finish_job(launcher))
+            self.assertEqual(sorted(ranks), [0, 1, 2, 3])
+            finished[kind] = {r: int(fields["pid"]) for r, fields in ranks.items()}
+
+        def of_job(findings, kind):
+            return [f for f in findings if f["job_id"] == jobs[kind]]
+
+        def who(ranks):
+            return sorted((r["node"], r["rank"], r["pid"]) for r in ranks)
+
+        # Prometheus sees the last job one scrape later, the hangs once they last the timeout.
+        deadline = time.time() + 30
+        while True:
+            report = self.cluster()
+            hangs, stragglers = report["cross_node_hangs"], report["cross_node_stragglers"]
+            if (of_job(hangs, "node-hung") and of_job(hangs, "rank-hung") and
+                    of_job(stragglers, "rank-slow") and of_job(stragglers, "node-slow")) or \
+                    time.time() > deadline:
+                break
+            time.sleep(1)
+
+        [h] = of_job(hangs, "node-hung")
+        self.assertEqual((h["kind"], h["seq"], h["nranks"], h["whole_node"]),
+                         ("missing", 3, 4, node_b), h)
+        self.assertEqual(who(h["culprits"]), [(node_b, 2, node_hung_pids[2]),
+                                              (node_b, 3, node_hung_pids[3])], h)
+        self.assertEqual([c["last_completed_seq"] for c in h["culprits"]], [2, 2])
+        self.assertEqual(who(h["waiting"]), [(node_a, 0, node_hung_pids[0]),
+                                             (node_a, 1, node_hung_pids[1])], h)
+        self.assertGreaterEqual(h["waited_s"], self.HANG_TIMEOUT_S)
+        self.assertIn(f"never entered it: every rank of node {node_b}", h["message"])
+
+        [h] = of_job(hangs, "rank-hung")
+        self.assertEqual((h["kind"], h["seq"], h["whole_node"]), ("missing", 3, None), h)
+        self.assertEqual(who(h["culprits"]), [(node_b, 3, rank_hung_pids[3])], h)
+
+        waits = self.prometheus.query(
+            "increase(eacgm_nccl_rank_collective_seconds_total[1m]) / "
+            "increase(eacgm_nccl_rank_collectives_total[1m])")
+        waits = sorted((w["metric"]["job_id"], w["metric"]["rank"], w["value"][1]) for w in waits)
+        [s] = of_job(stragglers, "node-slow") or [waits]
+        self.assertEqual(s["whole_node"], node_b, s)
+        self.assertEqual(who(s["stragglers"]), [(node_b, 2, finished["node-slow"][2]),
+                                                (node_b, 3, finished["node-slow"][3])], s)
+        # The others wait for it about as long as it is late.
+        self.assertGreater(s["others_mean_wait_s"] - s["straggler_mean_wait_s"], 0.010, s)
+
+        [s] = of_job(stragglers, "rank-slow") or [waits]
+        self.assertEqual(s["whole_node"], None, s)
+        self.assertEqual(who(s["stragglers"]), [(node_a, 1, finished["rank-slow"][1])], s)
+
+        for kind in ("node-slow", "rank-slow", "healthy"):
+            self.assertEqual(of_job(hangs, kind), [], kind)
+        for kind in ("node-hung", "rank-hung", "healthy"):
+            self.assertEqual(of_job(stragglers, kind), [], kind)
+
+        # The text says the same.
+        text = subprocess.run([EACGM, "cluster", "--prometheus", self.prometheus.url,
+                               "--hang-timeout", str(self.HANG_TIMEOUT_S)],
+                              capture_output=True, text=True, timeout=60)
+        self.assertEqual(text.returncode, 0, text.stderr)
+        self.assertIn(f"cross-node hang: job {jobs['node-hung']}", text.stdout)
+        self.assertIn(f"cross-node straggler: node {node_b} (ranks 2, 3) of job "
+                      f"{jobs['node-slow']}", text.stdout)
+
+        # The hung jobs end: their series go, and with them the verdicts; --watch says so.
+        watch_log = open(os.path.join(self.tmp, "watch.log"), "w+")
+        watch = subprocess.Popen([EACGM, "cluster", "--prometheus", self.prometheus.url, "--watch",
+                                  "--interval", "1", "--hang-timeout", str(self.HANG_TIMEOUT_S)],
+                                 stdout=watch_log, stderr=subprocess.STDOUT, text=True)
+        try:
+            deadline = time.time() + 15
+            while f"cross-node hang: job {jobs['rank-hung']}" not in read_all(watch_log):
+                self.assertLess(time.time(), deadline, read_all(watch_log))
+                time.sleep(0.2)
+            for launcher in node_hung + rank_hung:
+                launcher.terminate()
+                launcher.wait(timeout=30)
+            deadline = time.time() + 20
+            while read_all(watch_log).count("- over: cross-node hang") < 2:
+                self.assertLess(time.time(), deadline, read_all(watch_log))
+                time.sleep(0.2)
+        finally:
+            watch.send_signal(signal.SIGINT)
+            self.assertEqual(watch.wait(timeout=10), 0, read_all(watch_log))
+        log = read_all(watch_log)
+        watch_log.close()
+        self.assertIn(f"- over: cross-node hang: job {jobs['node-hung']}", log)
+        self.assertIn(f"- over: cross-node hang: job {jobs['rank-hung']}", log)
+        self.assertEqual(of_job(self.cluster()["cross_node_hangs"], "node-hung"), [])
 
 
 class ServeErrors(EacgmTest):
