@@ -17,6 +17,7 @@
 #include "cli/compare_command.h"
 #include "cli/doctor.h"
 #include "cli/gmm_command.h"
+#include "cli/merge_command.h"
 #include "cli/numeric_flags.h"
 #include "cli/scan_command.h"
 #include "cli/serve_command.h"
@@ -154,6 +155,8 @@ int main(int argc, char** argv) {
   eacgm::add_scan_command(app, run_scan);
   std::function<int()> run_slo;
   eacgm::add_slo_command(app, run_slo);
+  std::function<int()> run_merge;
+  eacgm::add_merge_command(app, run_merge);
   // Everything after the first "--" (below): record's job, compare's candidate sessions.
   std::vector<std::string> job_argv;
   bool separator = false;
@@ -221,6 +224,7 @@ int main(int argc, char** argv) {
   if (run_analyze) return run_analyze();
   if (run_scan) return run_scan();
   if (run_slo) return run_slo();
+  if (run_merge) return run_merge();
   if (run_compare) return run_compare();
   if (app.got_subcommand("doctor")) return eacgm::run_doctor(doctor_nvml);
   if (app.got_subcommand("record")) {

@@ -1,0 +1,413 @@
+#include "merge/session_merge.h"
+
+#include <fmt/format.h>
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "common/json_text.h"
+#include "merge/clock_alignment.h"
+
+namespace eacgm {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Db {
+  sqlite3* db = nullptr;
+  ~Db() { sqlite3_close(db); }
+};
+struct Stmt {
+  sqlite3_stmt* stmt = nullptr;
+  ~Stmt() { sqlite3_finalize(stmt); }
+};
+
+// Columns that hold an instant of CLOCK_MONOTONIC, by the schema's naming (docs/SQLITE_SCHEMA.md):
+// shifted onto the reference clock. Every other *_ns column is a duration.
+bool is_instant(const std::string& column) {
+  return column == "start_ns" || column == "end_ns" || column == "ts_ns";
+}
+
+std::string quoted(const std::string& name) { return "\"" + name + "\""; }
+
+Result<void> exec(sqlite3* db, const std::string& sql) {
+  char* error = nullptr;
+  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+    std::string message = error ? error : sqlite3_errmsg(db);
+    sqlite3_free(error);
+    return Error{message};
+  }
+  return {};
+}
+
+// Rows of a query, every value as text (NULL as nullopt).
+Result<std::vector<std::vector<std::optional<std::string>>>> rows(sqlite3* db,
+                                                                  const std::string& sql) {
+  Stmt s;
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &s.stmt, nullptr) != SQLITE_OK) {
+    return Error{sqlite3_errmsg(db)};
+  }
+  std::vector<std::vector<std::optional<std::string>>> out;
+  int rc = 0;
+  while ((rc = sqlite3_step(s.stmt)) == SQLITE_ROW) {
+    auto& row = out.emplace_back();
+    for (int i = 0; i < sqlite3_column_count(s.stmt); ++i) {
+      const auto* text = sqlite3_column_text(s.stmt, i);
+      row.push_back(text ? std::optional<std::string>(reinterpret_cast<const char*>(text))
+                         : std::nullopt);
+    }
+  }
+  if (rc != SQLITE_DONE) return Error{sqlite3_errmsg(db)};
+  return out;
+}
+
+struct Source {
+  std::string dir;
+  std::string node;  // the directory's name: which node recorded it
+  std::map<std::string, std::string> meta;
+  SessionClock clock;
+};
+
+Result<Source> read_source(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return Error{fmt::format("{}: no such session directory", dir)};
+  if (!fs::is_directory(dir, ec)) {
+    return Error{
+        fmt::format("{}: not a directory (a session is the directory record -o wrote)", dir)};
+  }
+  const std::string path = dir + "/events.sqlite";
+  if (!fs::exists(path, ec)) {
+    return Error{fmt::format("{}: not a session directory (no events.sqlite)", dir)};
+  }
+  Db db;
+  if (sqlite3_open_v2(path.c_str(), &db.db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    return Error{fmt::format("{}: cannot open: {}", path, sqlite3_errmsg(db.db))};
+  }
+  Source s;
+  s.dir = dir;
+  const fs::path normal = fs::path(dir).lexically_normal();
+  s.node = (normal.has_filename() ? normal.filename() : normal.parent_path().filename()).string();
+  auto meta = rows(db.db, "SELECT key, value FROM meta");
+  if (!meta) {
+    return Error{fmt::format("{}: not a session database ({})", path, meta.error().message)};
+  }
+  for (const auto& r : *meta) {
+    if (r[0] && r[1]) s.meta[*r[0]] = *r[1];
+  }
+  if (!s.meta.contains("realtime_offset_ns")) {
+    return Error{
+        fmt::format("{}: no realtime_offset_ns in its meta table: the session's clock "
+                    "cannot be placed",
+                    path)};
+  }
+  s.clock.realtime_offset_ns = std::stoll(s.meta["realtime_offset_ns"]);
+  // Communicators assumed after attach ("world") are numbered from wherever each session began:
+  // their numbers are not comparable across sessions.
+  auto spans = rows(db.db,
+                    "SELECT k.comm, k.seq, k.rank, c.start_ns, c.start_ns + c.duration_ns "
+                    "FROM collectives k JOIN calls c ON c.id = k.call_id WHERE k.comm != 'world'");
+  if (!spans) {
+    return Error{fmt::format("{}: cannot read its collectives: {}", path, spans.error().message)};
+  }
+  for (const auto& r : *spans) {
+    s.clock.collectives.push_back({.comm = r[0].value_or(""),
+                                   .seq = std::stoull(r[1].value_or("0")),
+                                   .rank = std::stoi(r[2].value_or("-1")),
+                                   .start_ns = std::stoull(r[3].value_or("0")),
+                                   .end_ns = std::stoull(r[4].value_or("0"))});
+  }
+  return s;
+}
+
+// Copies every table of `source` (attached as `src`) into the merged database, shifted.
+Result<void> copy_tables(sqlite3* db, size_t index, const Source& source, int64_t shift) {
+  auto tables = rows(db,
+                     "SELECT name FROM src.sqlite_master WHERE type = 'table' AND name != 'meta' "
+                     "AND name NOT LIKE 'sqlite_%' ORDER BY name");
+  if (!tables) return tables.error();
+  // Ids continue after those of the sessions copied before.
+  std::map<std::string, int64_t> id_offset;
+  for (const char* t : {"calls", "os_events"}) {
+    auto max = rows(db, fmt::format("SELECT COALESCE(MAX(id), 0) FROM main.{}", t));
+    id_offset[t] = max && !max->empty() && (*max)[0][0] ? std::stoll(*(*max)[0][0]) : 0;
+  }
+  for (const auto& t : *tables) {
+    const std::string table = *t[0];
+    auto columns =
+        rows(db, fmt::format("SELECT name, type FROM pragma_table_info('{}', 'src')", table));
+    if (!columns) return columns.error();
+    auto existing =
+        rows(db, fmt::format("SELECT name FROM pragma_table_info('{}', 'main')", table));
+    if (!existing) return existing.error();
+    std::set<std::string> have;
+    for (const auto& c : *existing) have.insert(*c[0]);
+    if (have.empty()) {
+      auto created = exec(db, fmt::format("CREATE TABLE main.{}(session INTEGER NOT NULL, node "
+                                          "TEXT NOT NULL)",
+                                          quoted(table)));
+      if (!created) return created;
+    }
+    std::string names = "session, node", values = fmt::format("{}, ?", index);
+    for (const auto& c : *columns) {
+      const std::string& name = *c[0];
+      if (!have.contains(name) && name != "session" && name != "node") {
+        auto added = exec(db, fmt::format("ALTER TABLE main.{} ADD COLUMN {} {}", quoted(table),
+                                          quoted(name), c[1].value_or("")));
+        if (!added) return added;
+      }
+      if (name == "session" || name == "node") continue;
+      names += ", " + quoted(name);
+      std::string value = quoted(name);
+      if (is_instant(name)) {
+        value = fmt::format("{} + ({})", quoted(name), shift);
+      } else if (name == "id" && id_offset.contains(table)) {
+        value = fmt::format("id + {}", id_offset[table]);
+      } else if (name == "call_id") {
+        value = fmt::format("call_id + {}", id_offset["calls"]);
+      }
+      values += ", " + value;
+    }
+    Stmt insert;
+    const std::string sql = fmt::format("INSERT INTO main.{}({}) SELECT {} FROM src.{}",
+                                        quoted(table), names, values, quoted(table));
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &insert.stmt, nullptr) != SQLITE_OK) {
+      return Error{fmt::format("table {}: {}", table, sqlite3_errmsg(db))};
+    }
+    sqlite3_bind_text(insert.stmt, 1, source.node.c_str(), -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(insert.stmt) != SQLITE_DONE) {
+      return Error{fmt::format("table {}: {}", table, sqlite3_errmsg(db))};
+    }
+  }
+  return {};
+}
+
+// Whether each collective seen by two or more sessions overlaps on every pair of its ranks now,
+// and each rank's lateness (its arrival minus the collective's median arrival).
+Result<nlohmann::json> check_collectives(sqlite3* db) {
+  auto spans =
+      rows(db,
+           "SELECT k.comm, k.seq, k.rank, k.session, k.node, c.pid, c.start_ns, "
+           "c.start_ns + c.duration_ns FROM collectives k JOIN calls c ON c.id = k.call_id "
+           "WHERE k.comm != 'world' ORDER BY k.comm, k.seq");
+  if (!spans) return spans.error();
+  struct Arrival {
+    int rank;
+    int64_t start, end;
+    size_t session;
+    std::string node;
+    uint32_t pid;
+  };
+  std::map<std::pair<std::string, uint64_t>, std::vector<Arrival>> by_collective;
+  for (const auto& r : *spans) {
+    by_collective[{*r[0], std::stoull(*r[1])}].push_back(
+        {std::stoi(*r[2]), std::stoll(*r[6]), std::stoll(*r[7]), std::stoul(*r[3]),
+         r[4].value_or(""), static_cast<uint32_t>(std::stoul(r[5].value_or("0")))});
+  }
+  struct RankFigures {
+    size_t session = 0;
+    std::string node;
+    uint32_t pid = 0;
+    uint64_t collectives = 0, last = 0;
+    std::vector<int64_t> lateness;
+  };
+  std::map<std::pair<std::string, int>, RankFigures> ranks;
+  uint64_t across = 0, overlapping = 0;
+  int64_t worst_gap = 0;
+  for (const auto& [key, arrivals] : by_collective) {
+    std::set<size_t> sessions;
+    for (const Arrival& a : arrivals) sessions.insert(a.session);
+    if (sessions.size() < 2) continue;
+    ++across;
+    int64_t latest_start = arrivals.front().start, earliest_end = arrivals.front().end;
+    std::vector<int64_t> starts;
+    for (const Arrival& a : arrivals) {
+      latest_start = std::max(latest_start, a.start);
+      earliest_end = std::min(earliest_end, a.end);
+      starts.push_back(a.start);
+    }
+    if (latest_start <= earliest_end) {
+      ++overlapping;
+    } else {
+      worst_gap = std::max(worst_gap, latest_start - earliest_end);
+    }
+    std::ranges::sort(starts);
+    const int64_t median = starts[starts.size() / 2];
+    for (const Arrival& a : arrivals) {
+      RankFigures& f = ranks[{key.first, a.rank}];
+      f.session = a.session;
+      f.node = a.node;
+      f.pid = a.pid;
+      ++f.collectives;
+      f.last += a.start == latest_start;
+      f.lateness.push_back(a.start - median);
+    }
+  }
+  nlohmann::json figures = nlohmann::json::array();
+  for (auto& [key, f] : ranks) {
+    std::ranges::sort(f.lateness);
+    figures.push_back(
+        {{"comm", key.first},
+         {"rank", key.second},
+         {"session", f.session},
+         {"node", f.node},
+         {"pid", f.pid},
+         {"collectives", f.collectives},
+         {"last_share", static_cast<double>(f.last) / static_cast<double>(f.collectives)},
+         {"median_lateness_ms", static_cast<double>(f.lateness[f.lateness.size() / 2]) / 1e6}});
+  }
+  return nlohmann::json{{"collectives_across_sessions", across},
+                        {"overlapping_on_every_pair", overlapping},
+                        {"not_overlapping", across - overlapping},
+                        {"worst_gap_ns", worst_gap},
+                        {"ranks", std::move(figures)}};
+}
+
+Result<nlohmann::json> write_merged(const std::vector<Source>& sources,
+                                    const std::vector<SessionShift>& shifts,
+                                    const MergeOptions& options) {
+  const std::string path = options.out_dir + "/events.sqlite";
+  Db db;
+  if (sqlite3_open_v2(path.c_str(), &db.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
+      SQLITE_OK) {
+    return Error{fmt::format("{}: cannot create: {}", path, sqlite3_errmsg(db.db))};
+  }
+  if (auto r = exec(db.db, "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF"); !r) {
+    return r.error();
+  }
+  for (size_t i = 0; i < sources.size(); ++i) {
+    Stmt attach;
+    sqlite3_prepare_v2(db.db, "ATTACH DATABASE ? AS src", -1, &attach.stmt, nullptr);
+    const std::string source_path = sources[i].dir + "/events.sqlite";
+    sqlite3_bind_text(attach.stmt, 1, source_path.c_str(), -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(attach.stmt) != SQLITE_DONE) {
+      return Error{fmt::format("{}: cannot attach: {}", source_path, sqlite3_errmsg(db.db))};
+    }
+    // One transaction per session: a database cannot be detached inside one.
+    if (auto r = exec(db.db, "BEGIN"); !r) return r.error();
+    if (auto r = copy_tables(db.db, i, sources[i], shifts[i].shift_ns); !r) {
+      return Error{fmt::format("{}: {}", source_path, r.error().message)};
+    }
+    if (auto r = exec(db.db, "COMMIT; DETACH DATABASE src"); !r) return r.error();
+  }
+  nlohmann::json sessions = nlohmann::json::array();
+  int64_t start = std::numeric_limits<int64_t>::max(), end = std::numeric_limits<int64_t>::min();
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const SessionShift& s = shifts[i];
+    auto meta_ns = [&](const char* key) -> std::optional<int64_t> {
+      auto it = sources[i].meta.find(key);
+      if (it == sources[i].meta.end() || it->second.empty()) return std::nullopt;
+      return std::stoll(it->second) + s.shift_ns;
+    };
+    if (auto v = meta_ns("start_ns")) start = std::min(start, *v);
+    if (auto v = meta_ns("end_ns")) end = std::max(end, *v);
+    sessions.push_back(
+        {{"session", i},
+         {"dir", sources[i].dir},
+         {"node", sources[i].node},
+         {"shift_ns", s.shift_ns},
+         {"method", s.method},
+         {"residual_ns", s.residual_ns ? nlohmann::json(*s.residual_ns) : nlohmann::json()},
+         {"collectives_shared", s.collectives_shared},
+         {"conflicts", s.conflicts},
+         {"realtime_correction_ns", s.realtime_correction_ns}});
+  }
+  const std::string& ref_offset = sources[options.reference].meta.at("realtime_offset_ns");
+  if (auto r = exec(db.db, "BEGIN; CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT)"); !r) {
+    return r.error();
+  }
+  const std::vector<std::pair<std::string, std::string>> meta = {
+      {"schema_version", "1"},
+      {"version", EACGM_VERSION},
+      {"merged_sessions", sessions.dump()},
+      {"start_ns", start == std::numeric_limits<int64_t>::max() ? "" : std::to_string(start)},
+      {"end_ns", end == std::numeric_limits<int64_t>::min() ? "" : std::to_string(end)},
+      {"realtime_offset_ns", ref_offset}};
+  for (const auto& [key, value] : meta) {
+    Stmt insert;
+    sqlite3_prepare_v2(db.db, "INSERT INTO meta(key, value) VALUES(?, ?)", -1, &insert.stmt,
+                       nullptr);
+    sqlite3_bind_text(insert.stmt, 1, key.c_str(), -1, SQLITE_TRANSIENT);
+    if (value.empty()) {
+      sqlite3_bind_null(insert.stmt, 2);
+    } else {
+      sqlite3_bind_text(insert.stmt, 2, value.c_str(), -1, SQLITE_TRANSIENT);
+    }
+    if (sqlite3_step(insert.stmt) != SQLITE_DONE) return Error{sqlite3_errmsg(db.db)};
+  }
+  auto check = check_collectives(db.db);
+  if (!check) return Error{fmt::format("{}: {}", path, check.error().message)};
+  if (auto r =
+          exec(db.db,
+               "CREATE INDEX IF NOT EXISTS calls_by_name ON calls(name);"
+               "CREATE INDEX IF NOT EXISTS calls_by_pid_start ON calls(session, pid, start_ns);"
+               "COMMIT");
+      !r) {
+    return Error{fmt::format("{}: {}", path, r.error().message)};
+  }
+  return nlohmann::json{{"merged", true},
+                        {"reference", options.reference},
+                        {"sessions", std::move(sessions)},
+                        {"start_ns", start},
+                        {"end_ns", end},
+                        {"realtime_offset_ns", std::stoll(ref_offset)},
+                        {"nccl", std::move(*check)}};
+}
+
+}  // namespace
+
+Result<nlohmann::json> merge_sessions(const MergeOptions& options) {
+  if (options.sessions.size() < 2) {
+    return Error{"merge needs two sessions or more: eacgm merge SESSION SESSION... -o DIR"};
+  }
+  if (options.reference >= options.sessions.size()) {
+    return Error{fmt::format("--reference {} names no session: there are {} (0 to {})",
+                             options.reference, options.sessions.size(),
+                             options.sessions.size() - 1)};
+  }
+  std::vector<Source> sources;
+  for (const std::string& dir : options.sessions) {
+    auto s = read_source(dir);
+    if (!s) return s.error();
+    sources.push_back(std::move(*s));
+  }
+  std::error_code ec;
+  if (fs::exists(options.out_dir, ec) &&
+      (!fs::is_directory(options.out_dir, ec) || !fs::is_empty(options.out_dir, ec))) {
+    return Error{
+        fmt::format("-o {}: exists and is not an empty directory (merge never writes "
+                    "over a session)",
+                    options.out_dir)};
+  }
+  const bool created = fs::create_directories(options.out_dir, ec);
+  if (ec) return Error{fmt::format("-o {}: cannot create: {}", options.out_dir, ec.message())};
+
+  std::vector<SessionClock> clocks;
+  for (const Source& s : sources) clocks.push_back(s.clock);
+  const std::vector<SessionShift> shifts = align_clocks(clocks, options.reference);
+  auto summary = write_merged(sources, shifts, options);
+  auto give_up = [&](const std::string& why) -> Error {
+    fs::remove(options.out_dir + "/events.sqlite", ec);
+    fs::remove(options.out_dir + "/summary.json.tmp", ec);
+    if (created) fs::remove(options.out_dir, ec);
+    return Error{why};
+  };
+  if (!summary) return give_up(summary.error().message);
+  const std::string path = options.out_dir + "/summary.json";
+  {
+    std::ofstream f(path + ".tmp", std::ios::trunc);
+    f << json_text(*summary, 2) << '\n';
+    if (!f.flush()) return give_up(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+  }
+  if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
+    return give_up(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+  }
+  return summary;
+}
+
+}  // namespace eacgm

@@ -1,0 +1,32 @@
+// `eacgm merge SESSION... -o DIR`: sessions recorded on several nodes of one job become one
+// session directory, every time on the clock of the first (or `reference`) session, aligned as
+// merge/clock_alignment.h says. docs/MERGE.md.
+//
+// The merged events.sqlite holds every table of every session, each row with the `session` (its
+// index on the command line) and `node` it came from, since pids of different nodes may be
+// equal; instants (`start_ns`, `end_ns`, `ts_ns`) are shifted, durations are not, and ids are
+// renumbered so that `collectives.call_id` still names its call. summary.json says how each
+// session was aligned, the error left, and whether every collective now overlaps on every pair of
+// ranks, with each rank's lateness at the collectives of the merged job.
+#pragma once
+
+#include <cstddef>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace eacgm {
+
+struct MergeOptions {
+  std::vector<std::string> sessions;
+  std::string out_dir;
+  size_t reference = 0;  // whose clock the merged session keeps
+};
+
+// The merged summary (also written to out_dir/summary.json). Errors name the session or file and
+// what is wrong; nothing is left in out_dir after one.
+Result<nlohmann::json> merge_sessions(const MergeOptions& options);
+
+}  // namespace eacgm
