@@ -349,26 +349,52 @@ std::optional<CollectiveRef> CollectiveTracker::on_end(const CallRecord& call,
     }
     aligned = static_cast<uint64_t>(static_cast<int64_t>(local) + *w.offset);
   }
-  RankStats& stats = ranks_[{comm.id, comm.rank}];
-  stats.pid = call.pid;
-  stats.comm_id = comm.id;
-  // Collectives complete in the order they were issued on a communicator;
-  // the completed one is the oldest not yet completed.
-  const uint64_t seq =
-      aligned ? *aligned : (stats.last_completed ? stats.last_completed->first + 1 : 1);
-  stats.last_completed = {seq, std::string(call.name())};
+  // Collectives complete in the order they were issued on a communicator; the completed one is
+  // the oldest not yet completed.
+  uint64_t seq = 0;
+  if (aligned) {
+    seq = *aligned;
+  } else {
+    auto stats = ranks_.find({comm.id, comm.rank});
+    seq = stats != ranks_.end() && stats->second.last_completed
+              ? stats->second.last_completed->first + 1
+              : 1;
+  }
+  const CollectiveRef ref{comm.id, seq, comm.rank, comm.nranks};
+  complete(ref, call.pid, call.name(), call.start_ns + call.duration_ns, call.duration_ns,
+           call.failed() ? 0 : call.bytes(), call.failed());
+  return ref;
+}
+
+void CollectiveTracker::complete(const CollectiveRef& ref, uint32_t pid, std::string_view name,
+                                 uint64_t end_ns, uint64_t duration_ns, uint64_t bytes,
+                                 bool failed) {
+  RankStats& stats = ranks_[{ref.comm_id, ref.rank}];
+  stats.pid = pid;
+  stats.comm_id = ref.comm_id;
+  stats.last_completed = {ref.seq, std::string(name)};
   // One rank finished it: whatever holds the others, the collective itself moved.
-  if (auto flight = in_flight_.find(comm.id);
-      flight != in_flight_.end() && flight->second.seq <= seq) {
+  if (auto flight = in_flight_.find(ref.comm_id);
+      flight != in_flight_.end() && flight->second.seq <= ref.seq) {
     in_flight_.erase(flight);
   }
-  resolve_hang(comm.id, seq, call.start_ns + call.duration_ns);
-  if (!call.failed()) {
-    stats.busy_ns += call.duration_ns;
-    stats.bus_bytes += static_cast<uint64_t>(static_cast<double>(call.bytes()) *
-                                             bus_factor(call.name(), comm.nranks));
+  resolve_hang(ref.comm_id, ref.seq, end_ns);
+  if (!failed) {
+    stats.busy_ns += duration_ns;
+    stats.bus_bytes +=
+        static_cast<uint64_t>(static_cast<double>(bytes) * bus_factor(name, ref.nranks));
   }
-  return CollectiveRef{comm.id, seq, comm.rank, comm.nranks};
+}
+
+void CollectiveTracker::replay_begin(const CollectiveRef& ref, uint32_t pid, std::string_view name,
+                                     uint64_t start_ns) {
+  arrive(ref.comm_id, ref.rank, ref.nranks, ref.seq, start_ns, pid, name);
+}
+
+void CollectiveTracker::replay_end(const CollectiveRef& ref, uint32_t pid, std::string_view name,
+                                   uint64_t end_ns, uint64_t duration_ns, uint64_t bytes,
+                                   bool failed) {
+  complete(ref, pid, name, end_ns, duration_ns, bytes, failed);
 }
 
 std::optional<Anomaly> CollectiveTracker::straggler_in(const std::string& comm_id) {

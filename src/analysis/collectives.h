@@ -80,6 +80,12 @@ class CollectiveTracker {
   // A finished NCCL call: communicator creation and destruction, completions.
   // Returns the identity of a finished collective.
   std::optional<CollectiveRef> on_end(const CallRecord& call, const ProcessInfo* process);
+  // A collective numbered already, read back from recorded sessions (eacgm merge): a rank's
+  // arrival at it, and its return. Fed in time order, they get the verdicts live calls get.
+  void replay_begin(const CollectiveRef& ref, uint32_t pid, std::string_view name,
+                    uint64_t start_ns);
+  void replay_end(const CollectiveRef& ref, uint32_t pid, std::string_view name, uint64_t end_ns,
+                  uint64_t duration_ns, uint64_t bytes, bool failed);
   // New anomalies as of `now_ns` (hangs past the timeout, stragglers once
   // the evidence is clear). Each is reported once.
   std::vector<Anomaly> check(uint64_t now_ns);
@@ -191,6 +197,9 @@ class CollectiveTracker {
   void arrive(const std::string& comm_id, int rank, int nranks, uint64_t seq, uint64_t ts_ns,
               uint32_t pid, std::string_view name);
   void align_world();
+  // A rank returned from collective `ref.seq`: it moved.
+  void complete(const CollectiveRef& ref, uint32_t pid, std::string_view name, uint64_t end_ns,
+                uint64_t duration_ns, uint64_t bytes, bool failed);
   void settle(const std::string& comm_id, uint64_t seq, Pending& pending);
   PendingMap::iterator erase_pending(PendingMap::iterator it);  // keeps the count per comm
   std::optional<Anomaly> straggler_in(const std::string& comm_id);

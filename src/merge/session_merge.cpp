@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 
+#include "analysis/collectives.h"
 #include "common/json_text.h"
 #include "merge/clock_alignment.h"
 
@@ -187,85 +188,122 @@ Result<void> copy_tables(sqlite3* db, size_t index, const Source& source, int64_
   return {};
 }
 
-// Whether each collective seen by two or more sessions overlaps on every pair of its ranks now,
-// and each rank's lateness (its arrival minus the collective's median arrival).
-Result<nlohmann::json> check_collectives(sqlite3* db) {
-  auto spans =
-      rows(db,
-           "SELECT k.comm, k.seq, k.rank, k.session, k.node, c.pid, c.start_ns, "
-           "c.start_ns + c.duration_ns FROM collectives k JOIN calls c ON c.id = k.call_id "
-           "WHERE k.comm != 'world' ORDER BY k.comm, k.seq");
+// Whether each collective seen by two or more sessions overlaps on every pair of its ranks now;
+// and the cross-rank analysis of `record` (collectives.h) on the merged job: each rank's lateness,
+// and the straggler, on one clock.
+Result<nlohmann::json> analyse_collectives(sqlite3* db, uint64_t session_start_ns) {
+  auto spans = rows(db,
+                    "SELECT k.comm, k.seq, k.rank, k.nranks, k.session, k.node, c.pid, c.name, "
+                    "c.start_ns, c.duration_ns, c.bytes, c.error IS NOT NULL FROM collectives k "
+                    "JOIN calls c ON c.id = k.call_id WHERE k.comm != 'world' ORDER BY k.comm, "
+                    "k.seq");
   if (!spans) return spans.error();
-  struct Arrival {
-    int rank;
-    int64_t start, end;
-    size_t session;
-    std::string node;
-    uint32_t pid;
-  };
-  std::map<std::pair<std::string, uint64_t>, std::vector<Arrival>> by_collective;
-  for (const auto& r : *spans) {
-    by_collective[{*r[0], std::stoull(*r[1])}].push_back(
-        {std::stoi(*r[2]), std::stoll(*r[6]), std::stoll(*r[7]), std::stoul(*r[3]),
-         r[4].value_or(""), static_cast<uint32_t>(std::stoul(r[5].value_or("0")))});
-  }
-  struct RankFigures {
+  struct Call {
+    CollectiveRef ref;
     size_t session = 0;
     std::string node;
     uint32_t pid = 0;
-    uint64_t collectives = 0, last = 0;
-    std::vector<int64_t> lateness;
+    std::string name;
+    uint64_t start = 0, duration = 0, bytes = 0;
+    bool failed = false;
   };
-  std::map<std::pair<std::string, int>, RankFigures> ranks;
-  uint64_t across = 0, overlapping = 0;
-  int64_t worst_gap = 0;
-  for (const auto& [key, arrivals] : by_collective) {
+  std::vector<Call> calls;
+  for (const auto& r : *spans) {
+    calls.push_back({.ref = {*r[0], std::stoull(*r[1]), std::stoi(*r[2]), std::stoi(*r[3])},
+                     .session = std::stoul(*r[4]),
+                     .node = r[5].value_or(""),
+                     .pid = static_cast<uint32_t>(std::stoul(r[6].value_or("0"))),
+                     .name = r[7].value_or(""),
+                     .start = std::stoull(*r[8]),
+                     .duration = std::stoull(*r[9]),
+                     .bytes = std::stoull(r[10].value_or("0")),
+                     .failed = r[11].value_or("0") != "0"});
+  }
+  // Overlap, per collective seen by two sessions or more.
+  uint64_t across = 0, overlapping = 0, worst_gap = 0;
+  for (size_t i = 0; i < calls.size();) {
+    size_t j = i;
     std::set<size_t> sessions;
-    for (const Arrival& a : arrivals) sessions.insert(a.session);
-    if (sessions.size() < 2) continue;
-    ++across;
-    int64_t latest_start = arrivals.front().start, earliest_end = arrivals.front().end;
-    std::vector<int64_t> starts;
-    for (const Arrival& a : arrivals) {
-      latest_start = std::max(latest_start, a.start);
-      earliest_end = std::min(earliest_end, a.end);
-      starts.push_back(a.start);
+    uint64_t latest_start = 0, earliest_end = UINT64_MAX;
+    for (; j < calls.size() && calls[j].ref.comm_id == calls[i].ref.comm_id &&
+           calls[j].ref.seq == calls[i].ref.seq;
+         ++j) {
+      sessions.insert(calls[j].session);
+      latest_start = std::max(latest_start, calls[j].start);
+      earliest_end = std::min(earliest_end, calls[j].start + calls[j].duration);
     }
-    if (latest_start <= earliest_end) {
-      ++overlapping;
+    if (sessions.size() >= 2) {
+      ++across;
+      if (latest_start <= earliest_end) {
+        ++overlapping;
+      } else {
+        worst_gap = std::max(worst_gap, latest_start - earliest_end);
+      }
+    }
+    i = j;
+  }
+  // Every arrival and return in time order, as the live tracker would have seen them had one
+  // eacgm traced every node.
+  struct Event {
+    uint64_t ts = 0;
+    bool end = false;
+    const Call* call = nullptr;
+  };
+  std::vector<Event> events;
+  std::map<std::pair<std::string, int>, const Call*> where;  // a call of each (comm, rank)
+  for (const Call& c : calls) {
+    events.push_back({c.start, false, &c});
+    events.push_back({c.start + c.duration, true, &c});
+    where[{c.ref.comm_id, c.ref.rank}] = &c;
+  }
+  std::ranges::stable_sort(events, [](const Event& a, const Event& b) { return a.ts < b.ts; });
+  CollectiveTracker tracker(CollectiveTracker::Options{});
+  tracker.set_session_start(session_start_ns);
+  for (const Event& e : events) {
+    const Call& c = *e.call;
+    if (e.end) {
+      tracker.replay_end(c.ref, c.pid, c.name, e.ts, c.duration, c.bytes, c.failed);
     } else {
-      worst_gap = std::max(worst_gap, latest_start - earliest_end);
-    }
-    std::ranges::sort(starts);
-    const int64_t median = starts[starts.size() / 2];
-    for (const Arrival& a : arrivals) {
-      RankFigures& f = ranks[{key.first, a.rank}];
-      f.session = a.session;
-      f.node = a.node;
-      f.pid = a.pid;
-      ++f.collectives;
-      f.last += a.start == latest_start;
-      f.lateness.push_back(a.start - median);
+      tracker.replay_begin(c.ref, c.pid, c.name, e.ts);
     }
   }
-  nlohmann::json figures = nlohmann::json::array();
-  for (auto& [key, f] : ranks) {
-    std::ranges::sort(f.lateness);
-    figures.push_back(
-        {{"comm", key.first},
-         {"rank", key.second},
-         {"session", f.session},
-         {"node", f.node},
-         {"pid", f.pid},
-         {"collectives", f.collectives},
-         {"last_share", static_cast<double>(f.last) / static_cast<double>(f.collectives)},
-         {"median_lateness_ms", static_cast<double>(f.lateness[f.lateness.size() / 2]) / 1e6}});
+  auto node_of = [&](const std::string& comm, int rank) -> std::pair<nlohmann::json, std::string> {
+    auto it = where.find({comm, rank});
+    if (it == where.end()) return {nullptr, ""};
+    return {it->second->session, it->second->node};
+  };
+  nlohmann::json ranks = tracker.rank_figures();
+  for (nlohmann::json& r : ranks) {
+    auto [session, node] = node_of(r["communicator"], r["rank"]);
+    r["session"] = session;
+    r["node"] = node;
+  }
+  // Stragglers only: collectives are rows once they returned, so a hang (a collective some rank
+  // never returned from) is not in the database; each node's own summary has its hangs.
+  nlohmann::json anomalies = nlohmann::json::array();
+  const uint64_t last = events.empty() ? 0 : events.back().ts;
+  for (const Anomaly& a : tracker.check(last)) {
+    if (a.kind != "straggler") continue;
+    nlohmann::json j = {{"kind", a.kind},
+                        {"rank", a.rank ? nlohmann::json(*a.rank) : nullptr},
+                        {"pid", a.pid ? nlohmann::json(*a.pid) : nullptr},
+                        {"t_s", a.t_s},
+                        {"message", a.message},
+                        {"suggestion", a.suggestion},
+                        {"evidence", a.evidence}};
+    if (a.rank && a.evidence.contains("communicator")) {
+      auto [session, node] = node_of(a.evidence["communicator"], *a.rank);
+      j["session"] = session;
+      j["node"] = node;
+    }
+    anomalies.push_back(std::move(j));
   }
   return nlohmann::json{{"collectives_across_sessions", across},
                         {"overlapping_on_every_pair", overlapping},
                         {"not_overlapping", across - overlapping},
                         {"worst_gap_ns", worst_gap},
-                        {"ranks", std::move(figures)}};
+                        {"ranks", std::move(ranks)},
+                        {"anomalies", std::move(anomalies)}};
 }
 
 Result<nlohmann::json> write_merged(const std::vector<Source>& sources,
@@ -340,7 +378,8 @@ Result<nlohmann::json> write_merged(const std::vector<Source>& sources,
     }
     if (sqlite3_step(insert.stmt) != SQLITE_DONE) return Error{sqlite3_errmsg(db.db)};
   }
-  auto check = check_collectives(db.db);
+  auto check = analyse_collectives(
+      db.db, start == std::numeric_limits<int64_t>::max() ? 0 : static_cast<uint64_t>(start));
   if (!check) return Error{fmt::format("{}: {}", path, check.error().message)};
   if (auto r =
           exec(db.db,

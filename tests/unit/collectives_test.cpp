@@ -669,3 +669,38 @@ TEST(NcclTable, BytesForEveryDatatype) {
 
 }  // namespace
 }  // namespace eacgm
+
+namespace eacgm {
+namespace {
+
+// Collectives read back already numbered (eacgm merge) get the verdicts live calls get: the rank
+// 3 ms late at each of 40 all-reduces is the straggler, and its figures count every collective.
+TEST(Collectives, ReplayedCollectivesGetTheSameVerdicts) {
+  CollectiveTracker tracker(CollectiveTracker::Options{});
+  const std::string comm = "00112233445566778899aabbccddeeff";
+  for (uint64_t seq = 1; seq <= 40; ++seq) {
+    const uint64_t t = seq * 10'000'000;
+    for (int rank = 0; rank < 4; ++rank) {
+      const uint64_t arrive =
+          t + static_cast<uint64_t>(rank) * 20'000 + (rank == 2 ? 3'000'000 : 0);
+      tracker.replay_begin({comm, seq, rank, 4}, 100 + rank, "ncclAllReduce", arrive);
+    }
+    for (int rank = 0; rank < 4; ++rank) {
+      tracker.replay_end({comm, seq, rank, 4}, 100 + rank, "ncclAllReduce", t + 4'000'000,
+                         1'000'000, 1 << 20, false);
+    }
+  }
+  const std::vector<Anomaly> found = tracker.check(41 * 10'000'000);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].kind, "straggler");
+  EXPECT_EQ(found[0].rank, 2);
+  EXPECT_EQ(found[0].pid, 102u);
+  const nlohmann::json figures = tracker.rank_figures();
+  ASSERT_EQ(figures.size(), 4u);
+  EXPECT_EQ(figures[2]["collectives"], 40);
+  EXPECT_EQ(figures[2]["arrived_last"], 40);
+  EXPECT_EQ(figures[0]["arrived_last"], 0);
+}
+
+}  // namespace
+}  // namespace eacgm
