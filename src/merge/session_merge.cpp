@@ -13,21 +13,14 @@
 
 #include "analysis/collectives.h"
 #include "common/json_text.h"
+#include "common/sqlite_handles.h"
 #include "merge/clock_alignment.h"
+#include "merge/merged_trace.h"
 
 namespace eacgm {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Db {
-  sqlite3* db = nullptr;
-  ~Db() { sqlite3_close(db); }
-};
-struct Stmt {
-  sqlite3_stmt* stmt = nullptr;
-  ~Stmt() { sqlite3_finalize(stmt); }
-};
 
 // Columns that hold an instant of CLOCK_MONOTONIC, by the schema's naming (docs/SQLITE_SCHEMA.md):
 // shifted onto the reference clock. Every other *_ns column is a duration.
@@ -50,7 +43,7 @@ Result<void> exec(sqlite3* db, const std::string& sql) {
 // Rows of a query, every value as text (NULL as nullopt).
 Result<std::vector<std::vector<std::optional<std::string>>>> rows(sqlite3* db,
                                                                   const std::string& sql) {
-  Stmt s;
+  SqliteStmt s;
   if (sqlite3_prepare_v2(db, sql.c_str(), -1, &s.stmt, nullptr) != SQLITE_OK) {
     return Error{sqlite3_errmsg(db)};
   }
@@ -86,7 +79,7 @@ Result<Source> read_source(const std::string& dir) {
   if (!fs::exists(path, ec)) {
     return Error{fmt::format("{}: not a session directory (no events.sqlite)", dir)};
   }
-  Db db;
+  SqliteDb db;
   if (sqlite3_open_v2(path.c_str(), &db.db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
     return Error{fmt::format("{}: cannot open: {}", path, sqlite3_errmsg(db.db))};
   }
@@ -174,7 +167,7 @@ Result<void> copy_tables(sqlite3* db, size_t index, const Source& source, int64_
       }
       values += ", " + value;
     }
-    Stmt insert;
+    SqliteStmt insert;
     const std::string sql = fmt::format("INSERT INTO main.{}({}) SELECT {} FROM src.{}",
                                         quoted(table), names, values, quoted(table));
     if (sqlite3_prepare_v2(db, sql.c_str(), -1, &insert.stmt, nullptr) != SQLITE_OK) {
@@ -310,7 +303,7 @@ Result<nlohmann::json> write_merged(const std::vector<Source>& sources,
                                     const std::vector<SessionShift>& shifts,
                                     const MergeOptions& options) {
   const std::string path = options.out_dir + "/events.sqlite";
-  Db db;
+  SqliteDb db;
   if (sqlite3_open_v2(path.c_str(), &db.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
       SQLITE_OK) {
     return Error{fmt::format("{}: cannot create: {}", path, sqlite3_errmsg(db.db))};
@@ -319,7 +312,7 @@ Result<nlohmann::json> write_merged(const std::vector<Source>& sources,
     return r.error();
   }
   for (size_t i = 0; i < sources.size(); ++i) {
-    Stmt attach;
+    SqliteStmt attach;
     sqlite3_prepare_v2(db.db, "ATTACH DATABASE ? AS src", -1, &attach.stmt, nullptr);
     const std::string source_path = sources[i].dir + "/events.sqlite";
     sqlite3_bind_text(attach.stmt, 1, source_path.c_str(), -1, SQLITE_TRANSIENT);
@@ -367,7 +360,7 @@ Result<nlohmann::json> write_merged(const std::vector<Source>& sources,
       {"end_ns", end == std::numeric_limits<int64_t>::min() ? "" : std::to_string(end)},
       {"realtime_offset_ns", ref_offset}};
   for (const auto& [key, value] : meta) {
-    Stmt insert;
+    SqliteStmt insert;
     sqlite3_prepare_v2(db.db, "INSERT INTO meta(key, value) VALUES(?, ?)", -1, &insert.stmt,
                        nullptr);
     sqlite3_bind_text(insert.stmt, 1, key.c_str(), -1, SQLITE_TRANSIENT);
@@ -388,6 +381,11 @@ Result<nlohmann::json> write_merged(const std::vector<Source>& sources,
                "COMMIT");
       !r) {
     return Error{fmt::format("{}: {}", path, r.error().message)};
+  }
+  if (auto r = write_merged_trace(db.db, options.out_dir + "/trace.perfetto-trace",
+                                  std::stoll(ref_offset));
+      !r) {
+    return Error{fmt::format("{}/trace.perfetto-trace: {}", options.out_dir, r.error().message)};
   }
   return nlohmann::json{{"merged", true},
                         {"reference", options.reference},
@@ -431,7 +429,10 @@ Result<nlohmann::json> merge_sessions(const MergeOptions& options) {
   const std::vector<SessionShift> shifts = align_clocks(clocks, options.reference);
   auto summary = write_merged(sources, shifts, options);
   auto give_up = [&](const std::string& why) -> Error {
-    fs::remove(options.out_dir + "/events.sqlite", ec);
+    for (const char* file :
+         {"/events.sqlite", "/trace.perfetto-trace", "/trace.perfetto-trace.events.tmp"}) {
+      fs::remove(options.out_dir + file, ec);
+    }
     fs::remove(options.out_dir + "/summary.json.tmp", ec);
     if (created) fs::remove(options.out_dir, ec);
     return Error{why};

@@ -7,7 +7,8 @@
 // equal; instants (`start_ns`, `end_ns`, `ts_ns`) are shifted, durations are not, and ids are
 // renumbered so that `collectives.call_id` still names its call. summary.json says how each
 // session was aligned, the error left, and whether every collective now overlaps on every pair of
-// ranks, with each rank's lateness at the collectives of the merged job.
+// ranks, with record's cross-rank analysis of the merged job; trace.perfetto-trace is one
+// timeline of every node (merge/merged_trace.h).
 #pragma once
 
 #include <cstddef>

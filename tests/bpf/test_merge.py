@@ -4,6 +4,7 @@ same time. Node B's session is then given a clock of its own on purpose: every i
 and a realtime offset 40 ms wrong (NTP). The merge must find the shift from the collectives, say
 the error left, and then every collective overlaps on every pair of ranks; record's cross-rank
 analysis on the merged job names the slow rank, and its node. Bad input is exit 2 with a one-line message and nothing written."""
+import collections
 import json
 import os
 import shutil
@@ -126,6 +127,19 @@ class Merge(unittest.TestCase):
                           for a in nccl["anomalies"]], [("straggler", 3, "node-b", 1)],
                          nccl["anomalies"])
         self.assertEqual(nccl["anomalies"][0]["pid"], ranks[3]["pid"])
+
+        # One timeline: each process under its node's name, and each collective linked across the
+        # ranks of both nodes by one flow, on the merged clock.
+        trace = eacgm_testlib.Session(self.out("merged"), r).perfetto()
+        if trace is not None:
+            names = {p.track_descriptor.process.process_name for p in trace.packet
+                     if p.HasField("track_descriptor") and p.track_descriptor.HasField("process")}
+            for rank, node in ((0, "node-a"), (1, "node-a"), (2, "node-b"), (3, "node-b")):
+                self.assertIn(f"{node}: simnccl_job (rank {rank})", names)
+            flows = collections.Counter(f for p in trace.packet if p.HasField("track_event")
+                                        for f in p.track_event.flow_ids)
+            self.assertEqual(len(flows), STEPS + STEPS // 10)
+            self.assertEqual(set(flows.values()), {4})
 
         text = eacgm("merge", *self.nodes, "-o", self.out("merged-text"))
         self.assertEqual(text.returncode, 0, text.stderr)
