@@ -155,49 +155,62 @@ std::vector<CrossNodeHang> find_cross_node_hangs(const std::vector<RankReport>& 
 
 std::vector<CrossNodeStraggler> find_cross_node_stragglers(
     const std::vector<std::vector<RankWait>>& slices, const CrossNodeOptions& options) {
-  // Per communicator, each slice's verdict (newest first); nullopt for a slice without data.
-  std::map<GroupKey, std::vector<std::optional<std::vector<RankWait>>>> verdicts;
-  std::map<GroupKey, std::vector<RankWait>> newest_ranks;
-  for (size_t i = 0; i < slices.size(); ++i) {
-    for (const auto& [key, group] : by_communicator(slices[i])) {
-      auto& v = verdicts[key];
-      v.resize(slices.size());
-      const auto judged = std::ranges::count_if(group, [&](const RankWait& r) {
-        return r.collectives >= options.straggler_min_collectives;
-      });
-      if (judged < 2) continue;
-      v[i] = low_group(group, options);
-      if (!newest_ranks.contains(key)) newest_ranks[key] = group;
+  // Per communicator, the verdict of each slice with data, newest first, weighed by the
+  // collectives it rests on (the fewest any judged rank finished in it).
+  struct SliceVerdict {
+    std::vector<RankWait> low;    // the stragglers, empty for none
+    std::vector<RankWait> ranks;  // every rank judged
+    double weight = 0;
+  };
+  std::map<GroupKey, std::vector<SliceVerdict>> verdicts;
+  for (const std::vector<RankWait>& slice : slices) {
+    for (const auto& [key, group] : by_communicator(slice)) {
+      SliceVerdict v;
+      for (const RankWait& r : group) {
+        if (r.collectives < options.straggler_min_collectives) continue;
+        v.ranks.push_back(r);
+        v.weight = v.ranks.size() == 1 ? r.collectives : std::min(v.weight, r.collectives);
+      }
+      if (v.ranks.size() < 2) continue;
+      v.low = low_group(group, options);
+      verdicts[key].push_back(std::move(v));
     }
   }
   std::vector<CrossNodeStraggler> out;
   for (const auto& [key, v] : verdicts) {
-    const auto newest = std::ranges::find_if(v, [](const auto& s) { return s.has_value(); });
-    if (newest == v.end() || (*newest)->empty()) continue;
-    const auto stragglers = who(**newest);
+    // The newest slice with a fair share of the data decides: one that caught only the last
+    // moments of a job (a few collectives) is too thin to overrule the slices before it.
+    double heaviest = 0, total = 0;
+    for (const SliceVerdict& slice : v) {
+      heaviest = std::max(heaviest, slice.weight);
+      total += slice.weight;
+    }
+    const auto deciding = std::ranges::find_if(
+        v, [&](const SliceVerdict& slice) { return slice.weight >= 0.25 * heaviest; });
+    if (deciding == v.end() || deciding->low.empty()) continue;
+    const auto stragglers = who(deciding->low);
     CrossNodeStraggler s;
     s.job_id = key.first;
     s.comm = key.second;
-    s.stragglers = **newest;
-    for (const auto& slice : v) {
-      if (!slice) continue;
+    s.stragglers = deciding->low;
+    double agreeing = 0;
+    for (const SliceVerdict& slice : v) {
       ++s.slices_with_data;
-      if (who(*slice) == stragglers) ++s.slices_agreeing;
+      if (who(slice.low) == stragglers) {
+        ++s.slices_agreeing;
+        agreeing += slice.weight;
+      }
     }
-    if (2 * s.slices_agreeing <= s.slices_with_data) continue;
-    const std::vector<RankWait>& group = newest_ranks[key];
+    // Persistent: the slices that say so hold most of the evidence.
+    if (2 * agreeing <= total) continue;
+    const std::vector<RankWait>& judged = deciding->ranks;
     s.others_mean_s = -1;
-    for (const RankWait& r : group) {
-      if (r.collectives < options.straggler_min_collectives) continue;
+    for (const RankWait& r : judged) {
       if (stragglers.contains({r.node, r.rank})) {
         s.straggler_mean_s = std::max(s.straggler_mean_s, r.mean_s);
       } else if (s.others_mean_s < 0 || r.mean_s < s.others_mean_s) {
         s.others_mean_s = r.mean_s;
       }
-    }
-    std::vector<RankWait> judged;
-    for (const RankWait& r : group) {
-      if (r.collectives >= options.straggler_min_collectives) judged.push_back(r);
     }
     std::ranges::sort(s.stragglers,
                       [](const RankWait& a, const RankWait& b) { return a.rank < b.rank; });

@@ -53,7 +53,8 @@ struct CrossNodeOptions {
   double straggler_gap_to_spread = 4;
   // ...judged only on ranks with at least this many collectives in a slice...
   double straggler_min_collectives = 20;
-  // ...in the newest slice with data and in more than half of the slices with data.
+  // ...in the newest slice with a quarter of the fullest slice's collectives or more, and in
+  // slices holding more than half of the collectives judged.
 };
 
 struct CrossNodeHang {

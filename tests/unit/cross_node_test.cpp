@@ -193,6 +193,15 @@ TEST(CrossNodeStraggler, ItMustPersistAcrossSlices) {
   EXPECT_TRUE(find_cross_node_stragglers({slow3, healthy, healthy}, o).empty());
   // Slow before, healthy now: over.
   EXPECT_TRUE(find_cross_node_stragglers({healthy, slow3, slow3}, o).empty());
+  // A newest slice that caught only the job's last moments (a few collectives, here looking
+  // healthy) is too thin to decide; the slice before it does.
+  std::vector<RankWait> sliver = healthy;
+  for (RankWait& r : sliver) r.collectives = 20;
+  const auto after_the_end = find_cross_node_stragglers({sliver, slow3}, o);
+  ASSERT_EQ(after_the_end.size(), 1u);
+  EXPECT_EQ(ranks_of(after_the_end[0].stragglers), (std::vector<int>{3}));
+  EXPECT_EQ(after_the_end[0].slices_agreeing, 1);
+  EXPECT_EQ(after_the_end[0].slices_with_data, 2);
   // Slices without data (the job had not started) do not count against it.
   const auto s = find_cross_node_stragglers({slow3, {}, {}}, o);
   ASSERT_EQ(s.size(), 1u);
