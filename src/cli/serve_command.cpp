@@ -101,8 +101,10 @@ class Agent {
         continue;
       }
       auto it = identities_.find(pid);
-      // An exec changes the command line and perhaps the rank: read it again.
-      if (it == identities_.end() || (!exited && it->second.first != proc.cmdline)) {
+      // An exec changes the command line and perhaps the rank: read it again; and while the
+      // environment could not be read (mid-exec), so that series never start without a job.
+      if (it == identities_.end() ||
+          (!exited && (it->second.first != proc.cmdline || !it->second.second.environment_read))) {
         it =
             identities_.insert_or_assign(pid, std::pair{proc.cmdline, identify_process(pid)}).first;
       }

@@ -125,7 +125,8 @@ ServedProcess identify_process(uint32_t pid) {
   p.pid = pid;
   p.comm = read_file(fmt::format("/proc/{}/comm", pid));
   while (!p.comm.empty() && p.comm.back() == '\n') p.comm.pop_back();
-  if (auto env = process_environment(pid)) {
+  if (auto env = process_environment(pid); env && !env->empty()) {
+    p.environment_read = true;
     p.rank = number(*env, "RANK");
     p.local_rank = number(*env, "LOCAL_RANK");
     p.world_size = number(*env, "WORLD_SIZE");

@@ -38,6 +38,9 @@ struct ServedProcess {
   std::string job_id;  // TORCHELASTIC_RUN_ID, SLURM_JOB_ID or MASTER_ADDR:MASTER_PORT; may be empty
   std::string cgroup;  // cgroup v2 path, "/..."
   int64_t device_memory_bytes = 0;  // outstanding cudaMalloc'd bytes
+  // Its environment was read and held something. A process in the middle of an exec shows none
+  // for a moment: its identity is read again rather than kept without a rank or job.
+  bool environment_read = false;
 };
 
 struct MetricFamilyInfo {
