@@ -54,18 +54,25 @@ uint64_t pointer_arg(const char* args_json, const std::string& name) {
 
 }  // namespace
 
-Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string& dir,
-                                                               bool with_places) {
+Result<std::string> session_database(const std::string& dir) {
   struct stat st {};
   if (stat(dir.c_str(), &st) != 0) return Error{fmt::format("{}: no such session directory", dir)};
   if (!S_ISDIR(st.st_mode)) {
     return Error{
         fmt::format("{}: not a directory (a session is the directory record -o wrote)", dir)};
   }
-  const std::string path = dir + "/events.sqlite";
+  std::string path = dir + "/events.sqlite";
   if (stat(path.c_str(), &st) != 0) {
     return Error{fmt::format("{}: not a session directory (no events.sqlite)", dir)};
   }
+  return path;
+}
+
+Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string& dir,
+                                                               bool with_places) {
+  auto database = session_database(dir);
+  if (!database) return database.error();
+  const std::string& path = *database;
   Db db;
   if (sqlite3_open_v2(path.c_str(), &db.db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
     return Error{fmt::format("cannot open {}: {}", path, sqlite3_errmsg(db.db))};

@@ -35,6 +35,10 @@ struct RecordedSession {
   std::vector<CallPlace> places;                // calls[i]'s place, when loaded `with_places`
 };
 
+// The events.sqlite of a session directory, or why `dir` is none (missing, not a directory, no
+// database in it), naming it.
+Result<std::string> session_database(const std::string& dir);
+
 // Errors name the directory or file and say what is wrong (missing, not a session database,
 // unreadable). Not movable once loaded (calls point into `names`): hence the pointer.
 // `with_places` also fills `places` (the analysis replay has no use for them).

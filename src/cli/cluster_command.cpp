@@ -70,7 +70,13 @@ std::string describe(const nlohmann::json& f) {
                      f["node"].get<std::string>());
 }
 
-using Series = std::map<std::tuple<std::string, std::string, std::string>, double>;
+using SeriesKey = std::tuple<std::string, std::string, std::string>;  // node, pid, communicator
+using Series = std::map<SeriesKey, double>;
+
+// Which rank of which communicator on which node a series of serve's is about.
+SeriesKey series_key(const nlohmann::json& labels) {
+  return {labels.value("instance", ""), labels.value("pid", ""), labels.value("communicator", "")};
+}
 
 // One value per (node, pid, communicator) of an instant query over eacgm_nccl_rank_* series.
 Result<Series> rank_values(const PrometheusClient& client, const std::string& promql) {
@@ -79,8 +85,7 @@ Result<Series> rank_values(const PrometheusClient& client, const std::string& pr
   Series out;
   for (const nlohmann::json& s : *result) {
     const nlohmann::json& m = s["metric"];
-    out[{m.value("instance", ""), m.value("pid", ""), m.value("communicator", "")}] =
-        std::stod(s["value"][1].get<std::string>());
+    out[series_key(m)] = std::stod(s["value"][1].get<std::string>());
   }
   return out;
 }
@@ -111,7 +116,7 @@ Result<std::vector<RankReport>> rank_reports(const PrometheusClient& client) {
     r.rank = std::stoi(m.value("rank", "-1"));
     r.pid = static_cast<uint32_t>(std::stoul(m.value("pid", "0")));
     r.nranks = static_cast<int>(std::stod(s["value"][1].get<std::string>()));
-    const auto key = std::make_tuple(r.node, m.value("pid", ""), r.comm);
+    const SeriesKey key = series_key(m);
     if (auto v = value("entered_seq", key)) r.entered_seq = static_cast<uint64_t>(*v);
     if (auto v = value("completed_seq", key)) r.completed_seq = static_cast<uint64_t>(*v);
     r.inside_s = value("inside_seconds", key).value_or(0);
@@ -141,8 +146,7 @@ Result<std::vector<std::vector<RankWait>>> rank_waits(const PrometheusClient& cl
     for (const nlohmann::json& s : *count) {
       const nlohmann::json& m = s["metric"];
       const double n = std::stod(s["value"][1].get<std::string>());
-      auto t =
-          seconds->find({m.value("instance", ""), m.value("pid", ""), m.value("communicator", "")});
+      auto t = seconds->find(series_key(m));
       if (t == seconds->end() || !(n > 0)) continue;
       slice.push_back({.node = m.value("instance", ""),
                        .job_id = m.value("job_id", ""),

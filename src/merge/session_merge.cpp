@@ -12,6 +12,7 @@
 #include <set>
 
 #include "analysis/collectives.h"
+#include "analysis/session_db.h"
 #include "common/json_text.h"
 #include "common/sqlite_handles.h"
 #include "merge/clock_alignment.h"
@@ -69,16 +70,9 @@ struct Source {
 };
 
 Result<Source> read_source(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::exists(dir, ec)) return Error{fmt::format("{}: no such session directory", dir)};
-  if (!fs::is_directory(dir, ec)) {
-    return Error{
-        fmt::format("{}: not a directory (a session is the directory record -o wrote)", dir)};
-  }
-  const std::string path = dir + "/events.sqlite";
-  if (!fs::exists(path, ec)) {
-    return Error{fmt::format("{}: not a session directory (no events.sqlite)", dir)};
-  }
+  auto database = session_database(dir);
+  if (!database) return database.error();
+  const std::string& path = *database;
   SqliteDb db;
   if (sqlite3_open_v2(path.c_str(), &db.db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
     return Error{fmt::format("{}: cannot open: {}", path, sqlite3_errmsg(db.db))};
