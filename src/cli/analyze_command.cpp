@@ -16,6 +16,7 @@
 #include "analysis/session_db.h"
 #include "analysis/window_analyzer.h"
 #include "cli/numeric_flags.h"
+#include "common/atomic_file.h"
 #include "common/json_text.h"
 #include "sinks/summary.h"
 
@@ -74,23 +75,6 @@ void add_learn_options(CLI::App* cmd, LearnArgs& a) {
                   "GMM threshold: a window is anomalous when its density is below this (the "
                   "seed's 1e-5) instead of the quantile rule")
       ->check(bounded(1e-300, 1e300, "(a probability density)"));
-}
-
-bool write_json(const std::string& path, const nlohmann::json& j, std::string& error) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << json_text(j, 2) << '\n';
-    if (!f.flush()) {
-      error = fmt::format("cannot write {}: {}", path, std::strerror(errno));
-      return false;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    error = fmt::format("cannot write {}: {}", path, std::strerror(errno));
-    return false;
-  }
-  return true;
 }
 
 // The kinds `analyze` finds again from events.sqlite (the window detectors and the leak
@@ -155,8 +139,9 @@ int run_analyze(const AnalyzeArgs& args) {
   report["live_only"] = live_only_anomalies(args.session, live_note);
   if (!live_note.empty()) report["live_only_note"] = live_note;
   if (!args.output.empty()) {
-    std::string error;
-    if (!write_json(args.output, report, error)) return fail(kExitUsage, error);
+    if (auto written = write_file_atomically(args.output, json_text(report, 2) + "\n"); !written) {
+      return fail(kExitUsage, written.error().message);
+    }
   }
   if (!args.quiet) {
     fmt::print(

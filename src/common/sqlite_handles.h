@@ -1,8 +1,15 @@
-// Owners of an SQLite connection and a prepared statement, closed and finalized on scope exit.
+// Owners of an SQLite connection and a prepared statement, closed and finalized on scope exit,
+// and the two ways of running SQL that reading a session database needs.
 // (session_db, compare and scan still keep copies of their own; new code uses these.)
 #pragma once
 
 #include <sqlite3.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
 
 namespace eacgm {
 
@@ -21,5 +28,12 @@ struct SqliteStmt {
   SqliteStmt& operator=(const SqliteStmt&) = delete;
   ~SqliteStmt() { sqlite3_finalize(stmt); }
 };
+
+// Statements without results; the error is SQLite's message.
+Result<void> sqlite_exec(sqlite3* db, const std::string& sql);
+
+// Rows of a query, every value as text (NULL as nullopt); the error is SQLite's message.
+using SqliteRows = std::vector<std::vector<std::optional<std::string>>>;
+Result<SqliteRows> sqlite_rows(sqlite3* db, const std::string& sql);
 
 }  // namespace eacgm

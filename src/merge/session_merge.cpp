@@ -31,37 +31,6 @@ bool is_instant(const std::string& column) {
 
 std::string quoted(const std::string& name) { return "\"" + name + "\""; }
 
-Result<void> exec(sqlite3* db, const std::string& sql) {
-  char* error = nullptr;
-  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
-    std::string message = error ? error : sqlite3_errmsg(db);
-    sqlite3_free(error);
-    return Error{message};
-  }
-  return {};
-}
-
-// Rows of a query, every value as text (NULL as nullopt).
-Result<std::vector<std::vector<std::optional<std::string>>>> rows(sqlite3* db,
-                                                                  const std::string& sql) {
-  SqliteStmt s;
-  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &s.stmt, nullptr) != SQLITE_OK) {
-    return Error{sqlite3_errmsg(db)};
-  }
-  std::vector<std::vector<std::optional<std::string>>> out;
-  int rc = 0;
-  while ((rc = sqlite3_step(s.stmt)) == SQLITE_ROW) {
-    auto& row = out.emplace_back();
-    for (int i = 0; i < sqlite3_column_count(s.stmt); ++i) {
-      const auto* text = sqlite3_column_text(s.stmt, i);
-      row.push_back(text ? std::optional<std::string>(reinterpret_cast<const char*>(text))
-                         : std::nullopt);
-    }
-  }
-  if (rc != SQLITE_DONE) return Error{sqlite3_errmsg(db)};
-  return out;
-}
-
 struct Source {
   std::string dir;
   std::string node;  // the directory's name: which node recorded it
@@ -81,7 +50,7 @@ Result<Source> read_source(const std::string& dir) {
   s.dir = dir;
   const fs::path normal = fs::path(dir).lexically_normal();
   s.node = (normal.has_filename() ? normal.filename() : normal.parent_path().filename()).string();
-  auto meta = rows(db.db, "SELECT key, value FROM meta");
+  auto meta = sqlite_rows(db.db, "SELECT key, value FROM meta");
   if (!meta) {
     return Error{fmt::format("{}: not a session database ({})", path, meta.error().message)};
   }
@@ -97,9 +66,10 @@ Result<Source> read_source(const std::string& dir) {
   s.clock.realtime_offset_ns = std::stoll(s.meta["realtime_offset_ns"]);
   // Communicators assumed after attach ("world") are numbered from wherever each session began:
   // their numbers are not comparable across sessions.
-  auto spans = rows(db.db,
-                    "SELECT k.comm, k.seq, k.rank, c.start_ns, c.start_ns + c.duration_ns "
-                    "FROM collectives k JOIN calls c ON c.id = k.call_id WHERE k.comm != 'world'");
+  auto spans =
+      sqlite_rows(db.db,
+                  "SELECT k.comm, k.seq, k.rank, c.start_ns, c.start_ns + c.duration_ns "
+                  "FROM collectives k JOIN calls c ON c.id = k.call_id WHERE k.comm != 'world'");
   if (!spans) {
     return Error{fmt::format("{}: cannot read its collectives: {}", path, spans.error().message)};
   }
@@ -115,38 +85,40 @@ Result<Source> read_source(const std::string& dir) {
 
 // Copies every table of `source` (attached as `src`) into the merged database, shifted.
 Result<void> copy_tables(sqlite3* db, size_t index, const Source& source, int64_t shift) {
-  auto tables = rows(db,
-                     "SELECT name FROM src.sqlite_master WHERE type = 'table' AND name != 'meta' "
-                     "AND name NOT LIKE 'sqlite_%' ORDER BY name");
+  auto tables =
+      sqlite_rows(db,
+                  "SELECT name FROM src.sqlite_master WHERE type = 'table' AND name != 'meta' "
+                  "AND name NOT LIKE 'sqlite_%' ORDER BY name");
   if (!tables) return tables.error();
   // Ids continue after those of the sessions copied before.
   std::map<std::string, int64_t> id_offset;
   for (const char* t : {"calls", "os_events"}) {
-    auto max = rows(db, fmt::format("SELECT COALESCE(MAX(id), 0) FROM main.{}", t));
+    auto max = sqlite_rows(db, fmt::format("SELECT COALESCE(MAX(id), 0) FROM main.{}", t));
     id_offset[t] = max && !max->empty() && (*max)[0][0] ? std::stoll(*(*max)[0][0]) : 0;
   }
   for (const auto& t : *tables) {
     const std::string table = *t[0];
-    auto columns =
-        rows(db, fmt::format("SELECT name, type FROM pragma_table_info('{}', 'src')", table));
+    auto columns = sqlite_rows(
+        db, fmt::format("SELECT name, type FROM pragma_table_info('{}', 'src')", table));
     if (!columns) return columns.error();
     auto existing =
-        rows(db, fmt::format("SELECT name FROM pragma_table_info('{}', 'main')", table));
+        sqlite_rows(db, fmt::format("SELECT name FROM pragma_table_info('{}', 'main')", table));
     if (!existing) return existing.error();
     std::set<std::string> have;
     for (const auto& c : *existing) have.insert(*c[0]);
     if (have.empty()) {
-      auto created = exec(db, fmt::format("CREATE TABLE main.{}(session INTEGER NOT NULL, node "
-                                          "TEXT NOT NULL)",
-                                          quoted(table)));
+      auto created =
+          sqlite_exec(db, fmt::format("CREATE TABLE main.{}(session INTEGER NOT NULL, node "
+                                      "TEXT NOT NULL)",
+                                      quoted(table)));
       if (!created) return created;
     }
     std::string names = "session, node", values = fmt::format("{}, ?", index);
     for (const auto& c : *columns) {
       const std::string& name = *c[0];
       if (!have.contains(name) && name != "session" && name != "node") {
-        auto added = exec(db, fmt::format("ALTER TABLE main.{} ADD COLUMN {} {}", quoted(table),
-                                          quoted(name), c[1].value_or("")));
+        auto added = sqlite_exec(db, fmt::format("ALTER TABLE main.{} ADD COLUMN {} {}",
+                                                 quoted(table), quoted(name), c[1].value_or("")));
         if (!added) return added;
       }
       if (name == "session" || name == "node") continue;
@@ -179,11 +151,12 @@ Result<void> copy_tables(sqlite3* db, size_t index, const Source& source, int64_
 // and the cross-rank analysis of `record` (collectives.h) on the merged job: each rank's lateness,
 // and the straggler, on one clock.
 Result<nlohmann::json> analyse_collectives(sqlite3* db, uint64_t session_start_ns) {
-  auto spans = rows(db,
-                    "SELECT k.comm, k.seq, k.rank, k.nranks, k.session, k.node, c.pid, c.name, "
-                    "c.start_ns, c.duration_ns, c.bytes, c.error IS NOT NULL FROM collectives k "
-                    "JOIN calls c ON c.id = k.call_id WHERE k.comm != 'world' ORDER BY k.comm, "
-                    "k.seq");
+  auto spans =
+      sqlite_rows(db,
+                  "SELECT k.comm, k.seq, k.rank, k.nranks, k.session, k.node, c.pid, c.name, "
+                  "c.start_ns, c.duration_ns, c.bytes, c.error IS NOT NULL FROM collectives k "
+                  "JOIN calls c ON c.id = k.call_id WHERE k.comm != 'world' ORDER BY k.comm, "
+                  "k.seq");
   if (!spans) return spans.error();
   struct Call {
     CollectiveRef ref;
@@ -302,7 +275,7 @@ Result<nlohmann::json> write_merged(const std::vector<Source>& sources,
       SQLITE_OK) {
     return Error{fmt::format("{}: cannot create: {}", path, sqlite3_errmsg(db.db))};
   }
-  if (auto r = exec(db.db, "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF"); !r) {
+  if (auto r = sqlite_exec(db.db, "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF"); !r) {
     return r.error();
   }
   for (size_t i = 0; i < sources.size(); ++i) {
@@ -314,11 +287,11 @@ Result<nlohmann::json> write_merged(const std::vector<Source>& sources,
       return Error{fmt::format("{}: cannot attach: {}", source_path, sqlite3_errmsg(db.db))};
     }
     // One transaction per session: a database cannot be detached inside one.
-    if (auto r = exec(db.db, "BEGIN"); !r) return r.error();
+    if (auto r = sqlite_exec(db.db, "BEGIN"); !r) return r.error();
     if (auto r = copy_tables(db.db, i, sources[i], shifts[i].shift_ns); !r) {
       return Error{fmt::format("{}: {}", source_path, r.error().message)};
     }
-    if (auto r = exec(db.db, "COMMIT; DETACH DATABASE src"); !r) return r.error();
+    if (auto r = sqlite_exec(db.db, "COMMIT; DETACH DATABASE src"); !r) return r.error();
   }
   nlohmann::json sessions = nlohmann::json::array();
   int64_t start = std::numeric_limits<int64_t>::max(), end = std::numeric_limits<int64_t>::min();
@@ -343,7 +316,8 @@ Result<nlohmann::json> write_merged(const std::vector<Source>& sources,
          {"realtime_correction_ns", s.realtime_correction_ns}});
   }
   const std::string& ref_offset = sources[options.reference].meta.at("realtime_offset_ns");
-  if (auto r = exec(db.db, "BEGIN; CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT)"); !r) {
+  if (auto r = sqlite_exec(db.db, "BEGIN; CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT)");
+      !r) {
     return r.error();
   }
   const std::vector<std::pair<std::string, std::string>> meta = {
@@ -368,11 +342,11 @@ Result<nlohmann::json> write_merged(const std::vector<Source>& sources,
   auto check = analyse_collectives(
       db.db, start == std::numeric_limits<int64_t>::max() ? 0 : static_cast<uint64_t>(start));
   if (!check) return Error{fmt::format("{}: {}", path, check.error().message)};
-  if (auto r =
-          exec(db.db,
-               "CREATE INDEX IF NOT EXISTS calls_by_name ON calls(name);"
-               "CREATE INDEX IF NOT EXISTS calls_by_pid_start ON calls(session, pid, start_ns);"
-               "COMMIT");
+  if (auto r = sqlite_exec(
+          db.db,
+          "CREATE INDEX IF NOT EXISTS calls_by_name ON calls(name);"
+          "CREATE INDEX IF NOT EXISTS calls_by_pid_start ON calls(session, pid, start_ns);"
+          "COMMIT");
       !r) {
     return Error{fmt::format("{}: {}", path, r.error().message)};
   }
