@@ -23,18 +23,21 @@ double ratio_of(double base, double candidate) {
 
 bool is_call_metric(std::string_view metric) {
   return metric == kLatency || metric == kShare || metric == kSelfTime ||
-         metric == kLaunchLatency || metric == kLaunchShare;
+         metric == kLaunchLatency || metric == kLaunchShare || metric == kBandwidth;
 }
 
-// The calls of one API (operator, kernel) on one side, all its runs together.
+// The calls of one API (operator, kernel) on one side, all its runs together; for collective
+// lateness, the rank's entries into collectives.
 struct SideCalls {
   uint64_t calls = 0, total_ns = 0;
   double seconds = 0;
 };
 
-// The rate metric that counts the calls behind `key`.
+// The metric that counts the calls behind `key`: an API's share of calls, a kernel's launch share;
+// a metric that is not one of an API's counts itself.
 MetricKey rate_key(const MetricKey& key) {
   MetricKey k = key;
+  if (!is_call_metric(key.metric)) return k;
   k.metric = key.metric == kLaunchLatency || key.metric == kLaunchShare ? kLaunchShare : kShare;
   return k;
 }
@@ -54,16 +57,33 @@ SideCalls side_calls(const std::vector<RunData>& runs, const MetricKey& key) {
 
 // One side of one metric: its samples pooled over the runs, and each run's own value.
 struct Side {
-  std::vector<double> samples;  // windows, or one rate per run for events
-  std::vector<double> per_run;  // each run's median window (events: its rate)
+  std::vector<double> samples;  // windows, or one value (events: rate) per run
+  std::vector<double> per_run;  // each run's median window (events: its rate; per-run: its value)
   uint64_t count = 0;
   double seconds = 0;
 };
 
-Side pool(const std::vector<RunData>& runs, const MetricKey& key, const MetricInfo& info) {
+// The metrics (MetricKey::metric) each run measured at all, by run.
+using Measured = std::vector<std::set<std::string_view>>;
+
+Measured measured(const std::vector<RunData>& runs) {
+  Measured out;
+  for (const RunData& r : runs) {
+    std::set<std::string_view>& names = out.emplace_back();
+    for (const auto& [key, values] : r.metrics) names.insert(key.metric);
+  }
+  return out;
+}
+
+Side pool(const std::vector<RunData>& runs, const Measured& measured, const MetricKey& key,
+          const MetricInfo& info) {
   Side side;
   const bool zeros_when_absent = key.metric == kShare || key.metric == kLaunchShare;
-  for (const RunData& r : runs) {
+  // A Python function a run did not sample had no share of its sampled time, and a process that
+  // mapped nothing mapped 0 bytes, in a run that sampled Python (traced mmaps) at all.
+  const bool zero_run_when_absent = key.metric == kPythonShare || key.metric == kMmapBytesRate;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const RunData& r = runs[i];
     side.seconds += r.seconds;
     auto it = r.metrics.find(key);
     if (info.sampling == Sampling::kEvents) {
@@ -78,6 +98,9 @@ Side pool(const std::vector<RunData>& runs, const MetricKey& key, const MetricIn
       // A run that never called the API had a rate of 0 in each of its windows.
       if (zeros_when_absent) {
         side.samples.insert(side.samples.end(), r.windows, 0.0);
+        side.per_run.push_back(0);
+      } else if (zero_run_when_absent && measured[i].contains(key.metric)) {
+        side.samples.push_back(0);
         side.per_run.push_back(0);
       }
       continue;
@@ -102,11 +125,13 @@ bool runs_agree(const Side& base, const Side& candidate, double base_value, doub
   return true;
 }
 
-// Seconds per second of the job that the change adds (negative: saves).
+// Seconds per second of the job that the change adds (negative: saves). For collective lateness,
+// the time the other ranks wait for the rank: its lateness times its collectives per second.
 std::optional<double> time_share(const Change& c, const SideCalls& calls) {
   if (calls.calls == 0 || calls.seconds <= 0) return std::nullopt;
   const double per_s = static_cast<double>(calls.calls) / calls.seconds;
-  if (c.key.metric == kLatency || c.key.metric == kSelfTime || c.key.metric == kLaunchLatency) {
+  if (c.key.metric == kLatency || c.key.metric == kSelfTime || c.key.metric == kLaunchLatency ||
+      c.key.metric == kLateness) {
     return (c.candidate - c.base) * per_s / 1e9;
   }
   if (c.key.metric == kShare || c.key.metric == kLaunchShare) {
@@ -129,35 +154,117 @@ bool costlier(const Change& a, const Change& b) {
   return a.key < b.key;
 }
 
-std::string failures(const std::vector<RunData>& runs) {
-  size_t failed = 0;
-  std::vector<std::string> causes;
+// The first few causes of the abnormal ends of a side's runs, for the note.
+std::string causes(const std::vector<RunData>& runs) {
+  std::vector<std::string> out;
   for (const RunData& r : runs) {
-    if (r.end.exit_code && *r.end.exit_code != 0) ++failed;
     for (const std::string& c : r.end.causes) {
-      if (causes.size() < 3) causes.push_back(c);
+      if (out.size() < 3) out.push_back(c);
     }
   }
-  std::string out = fmt::format("{} of {} runs failed", failed, runs.size());
-  if (!causes.empty()) out += fmt::format(" ({})", fmt::join(causes, "; "));
-  return out;
+  return out.empty() ? "" : fmt::format(" ({})", fmt::join(out, "; "));
 }
 
-size_t failed_runs(const std::vector<RunData>& runs) {
-  return static_cast<size_t>(std::count_if(runs.begin(), runs.end(), [](const RunData& r) {
-    return (r.end.exit_code && *r.end.exit_code != 0) || !r.end.causes.empty();
-  }));
+// The runs whose job ended abnormally, as a share of each side's runs: a note whenever any did,
+// with what the test says of the difference.
+std::string outcome_note(const Change& c, const std::vector<RunData>& base,
+                         const std::vector<RunData>& candidate, const Thresholds& t) {
+  auto yes = [](double pct, size_t runs) {
+    return static_cast<size_t>(std::lround(pct / 100 * static_cast<double>(runs)));
+  };
+  std::string judgement;
+  switch (c.verdict) {
+    case Verdict::kTooFew:
+      judgement = fmt::format(
+          "too few runs to tell a change from chance (Fisher's exact test; at least {} runs a "
+          "side, and enough for p < {} to be possible)",
+          t.min_outcome_runs, t.alpha);
+      break;
+    case Verdict::kUnchanged:
+      // Significant over many runs but below the effect threshold, or not significant.
+      judgement = fmt::format(
+          "{} (Fisher's exact test, p = {:.2g})",
+          c.p < t.alpha ? "a difference too small to count" : "no significant difference", c.p);
+      break;
+    default:
+      judgement = fmt::format("a significant difference (Fisher's exact test, p = {:.2g})", c.p);
+  }
+  return fmt::format(
+      "runs that ended abnormally: base {} of {} ({:.0f}%){}, candidate {} of {} "
+      "({:.0f}%){}: {}",
+      yes(c.base, c.base_samples), c.base_samples, c.base, causes(base),
+      yes(c.candidate, c.candidate_samples), c.candidate_samples, c.candidate, causes(candidate),
+      judgement);
+}
+
+double log_choose(uint64_t n, uint64_t k) {
+  return std::lgamma(static_cast<double>(n) + 1) - std::lgamma(static_cast<double>(k) + 1) -
+         std::lgamma(static_cast<double>(n - k) + 1);
+}
+
+// The smallest two-sided p the rank test can give with n1 and n2 samples: the two splits that
+// separate them completely, of C(n1 + n2, n1).
+double smallest_rank_p(size_t n1, size_t n2) {
+  if (n1 == 0 || n2 == 0) return 1;
+  return std::min(1.0, 2 * std::exp(-log_choose(n1 + n2, n1)));
+}
+
+// The smallest p Fisher's exact test can give with n1 and n2 runs, over every outcome.
+double smallest_fisher_p(uint64_t n1, uint64_t n2) {
+  double best = 1;
+  for (uint64_t a = 0; a <= n1; ++a) {
+    for (uint64_t b = 0; b <= n2; ++b) best = std::min(best, fisher_exact_p(a, n1, b, n2));
+  }
+  return best;
 }
 
 }  // namespace
 
+double fisher_exact_p(uint64_t base_yes, uint64_t base_runs, uint64_t candidate_yes,
+                      uint64_t candidate_runs) {
+  const uint64_t n = base_runs + candidate_runs, yes = base_yes + candidate_yes;
+  if (base_yes > base_runs || candidate_yes > candidate_runs || yes == 0 || yes == n) return 1;
+  // With the margins fixed, the base's count of yes is hypergeometric: C(base_runs, a)
+  // C(candidate_runs, yes - a) / C(n, yes).
+  auto log_p = [&](uint64_t a) {
+    return log_choose(base_runs, a) + log_choose(candidate_runs, yes - a) - log_choose(n, yes);
+  };
+  const double observed = log_p(base_yes);
+  const uint64_t lo = yes > candidate_runs ? yes - candidate_runs : 0;
+  const uint64_t hi = std::min(yes, base_runs);
+  double p = 0;
+  for (uint64_t a = lo; a <= hi; ++a) {
+    // The relative tolerance keeps tables of equal probability (a symmetric case) together.
+    const double l = log_p(a);
+    if (l <= observed + 1e-7) p += std::exp(l);
+  }
+  return std::min(1.0, p);
+}
+
+std::vector<double> pooled_samples(const std::vector<RunData>& runs, const MetricKey& key,
+                                   const MetricInfo& info) {
+  return pool(runs, measured(runs), key, info).samples;
+}
+
 Verdict decide(const Evidence& e, const Thresholds& t) {
   const uint64_t busier = std::max(e.base_count, e.candidate_count);
   const uint64_t quieter = std::min(e.base_count, e.candidate_count);
-  if (e.info.sampling == Sampling::kEvents) {
-    if (busier < t.min_events) return Verdict::kTooFew;
-  } else if ((e.info.needs_both ? quieter : busier) < t.min_calls) {
-    return Verdict::kTooFew;
+  // No outcome of the test could be significant (one run a side of a per-run value): too few,
+  // never "unchanged", which would claim what the data cannot show.
+  if (e.best_p >= t.alpha) return Verdict::kTooFew;
+  switch (e.info.sampling) {
+    case Sampling::kEvents:
+      if (busier < t.min_events) return Verdict::kTooFew;
+      break;
+    case Sampling::kRuns:
+      if ((e.info.needs_both ? quieter : busier) < t.min_events) return Verdict::kTooFew;
+      break;
+    case Sampling::kOutcomes:  // the counts are the runs
+      if (quieter < t.min_outcome_runs) return Verdict::kTooFew;
+      break;
+    case Sampling::kWindows:
+      if ((e.info.needs_both ? quieter : busier) < t.min_calls) return Verdict::kTooFew;
+      break;
   }
   const bool up = e.ratio > 1;
   const bool big_ratio = e.ratio >= t.min_ratio || e.ratio <= 1 / t.min_ratio;
@@ -166,6 +273,7 @@ Verdict decide(const Evidence& e, const Thresholds& t) {
   const bool same_way = up ? e.delta > 0 : e.delta < 0;
   const bool large = big_ratio && std::fabs(e.delta) >= t.min_delta && same_way;
   if (e.p >= t.alpha || !large || !e.runs_agree) return Verdict::kUnchanged;
+  if (e.info.judged_by_cost && !(std::fabs(e.cost) >= t.min_cost)) return Verdict::kUnchanged;
   return up == e.info.higher_is_worse ? Verdict::kRegression : Verdict::kImprovement;
 }
 
@@ -183,6 +291,7 @@ Comparison compare_runs(const std::vector<RunData>& base, const std::vector<RunD
     }
   }
   size_t matched = 0;  // APIs, operators and kernels called on both sides
+  const Measured base_measured = measured(base), candidate_measured = measured(candidate);
   for (const MetricKey& key : keys) {
     const MetricInfo info = metric_info(key.metric);
     if (is_call_metric(key.metric)) {
@@ -201,7 +310,8 @@ Comparison compare_runs(const std::vector<RunData>& base, const std::vector<RunD
         continue;
       }
     }
-    const Side b = pool(base, key, info), c = pool(candidate, key, info);
+    const Side b = pool(base, base_measured, key, info),
+               c = pool(candidate, candidate_measured, key, info);
     Change change;
     change.key = key;
     change.info = info;
@@ -210,6 +320,8 @@ Comparison compare_runs(const std::vector<RunData>& base, const std::vector<RunD
     change.base_samples = b.samples.size();
     change.candidate_samples = c.samples.size();
     RankTest test = mann_whitney(b.samples, c.samples);
+    double best_p = 0;
+    bool agree = true;
     if (info.sampling == Sampling::kEvents) {
       change.base = b.seconds > 0 ? static_cast<double>(b.count) / b.seconds : 0;
       change.candidate = c.seconds > 0 ? static_cast<double>(c.count) / c.seconds : 0;
@@ -218,23 +330,45 @@ Comparison compare_runs(const std::vector<RunData>& base, const std::vector<RunD
       // for run-to-run variation.
       test.p = poisson_rate_p(b.count, b.seconds, c.count, c.seconds);
       test.exact = true;
+      agree = runs_agree(b, c, change.base, change.candidate);
+    } else if (info.sampling == Sampling::kOutcomes) {
+      // The share of runs with the outcome (each run 100 or 0): the rank test's delta is then the
+      // difference of the two shares, and the p-value Fisher's, exact for a two-by-two table. A
+      // share is a figure of the set of runs: no single run can agree or disagree with it.
+      auto share = [](const std::vector<double>& v) {
+        double sum = 0;
+        for (double x : v) sum += x;
+        return v.empty() ? 0 : sum / static_cast<double>(v.size());
+      };
+      auto yes = [](const std::vector<double>& v) {
+        return static_cast<uint64_t>(
+            std::count_if(v.begin(), v.end(), [](double x) { return x > 0; }));
+      };
+      change.base = share(b.samples);
+      change.candidate = share(c.samples);
+      test.p = fisher_exact_p(yes(b.samples), b.samples.size(), yes(c.samples), c.samples.size());
+      test.exact = true;
+      best_p = smallest_fisher_p(b.samples.size(), c.samples.size());
     } else {
       change.base = median(b.samples);
       change.candidate = median(c.samples);
+      best_p = smallest_rank_p(b.samples.size(), c.samples.size());
+      agree = runs_agree(b, c, change.base, change.candidate);
     }
     change.ratio = ratio_of(change.base, change.candidate);
     change.p = test.p;
     change.z = test.z;
     change.delta = test.delta;
     change.exact = test.exact;
-    Evidence e{test.p,
-               test.delta,
-               change.ratio,
-               b.count,
-               c.count,
-               info,
-               runs_agree(b, c, change.base, change.candidate)};
+    Evidence e{test.p, test.delta, change.ratio, b.count, c.count, info, agree};
+    e.best_p = best_p;
+    if (info.judged_by_cost) {
+      e.cost = time_share(change, side_calls(candidate, key)).value_or(0);
+    }
     change.verdict = decide(e, thresholds);
+    if (key.metric == kAbnormalRuns && (change.base > 0 || change.candidate > 0)) {
+      out.notes.push_back(outcome_note(change, base, candidate, thresholds));
+    }
     if (key.metric == kPace &&
         (change.verdict == Verdict::kRegression || change.verdict == Verdict::kImprovement)) {
       out.notes.push_back(fmt::format(
@@ -250,7 +384,7 @@ Comparison compare_runs(const std::vector<RunData>& base, const std::vector<RunD
       out.others.push_back(std::move(change));
       continue;
     }
-    if (is_call_metric(key.metric))
+    if (is_call_metric(key.metric) || key.metric == kLateness)
       change.time_share = time_share(change, side_calls(candidate, key));
     (change.verdict == Verdict::kRegression ? out.regressions : out.improvements)
         .push_back(std::move(change));
@@ -273,10 +407,6 @@ Comparison compare_runs(const std::vector<RunData>& base, const std::vector<RunD
           "other side: are these runs of the same job, with the same ranks and workers?",
           only->size(), side, only->size() + matched));
     }
-  }
-  if (failed_runs(base) != failed_runs(candidate)) {
-    out.notes.push_back(
-        fmt::format("base: {}; candidate: {}", failures(base), failures(candidate)));
   }
   for (const auto* side : {&base, &candidate}) {
     for (const RunData& r : *side) {

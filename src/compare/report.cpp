@@ -10,6 +10,17 @@ namespace {
 
 using nlohmann::ordered_json;
 
+std::string_view test_name(const Change& c) {
+  switch (c.info.sampling) {
+    case Sampling::kEvents:
+      return "poisson-exact";
+    case Sampling::kOutcomes:
+      return "fisher-exact";
+    default:
+      return c.exact ? "mann-whitney-exact" : "mann-whitney-normal";
+  }
+}
+
 ordered_json change_json(const Change& c) {
   ordered_json out;
   out["layer"] = c.key.layer;
@@ -24,10 +35,8 @@ ordered_json change_json(const Change& c) {
   out["confidence"] = 1 - c.p;
   out["p_value"] = c.p;
   out["effect"] = c.delta;  // Cliff's delta
-  out["test"] = c.info.sampling == Sampling::kEvents
-                    ? "poisson-exact"
-                    : (c.exact ? "mann-whitney-exact" : "mann-whitney-normal");
-  out["samples"] = c.info.sampling == Sampling::kEvents ? "runs" : "windows";
+  out["test"] = test_name(c);
+  out["samples"] = c.info.sampling == Sampling::kWindows ? "windows" : "runs";
   out["base_samples"] = c.base_samples;
   out["candidate_samples"] = c.candidate_samples;
   out["base_count"] = c.base_count;
@@ -46,15 +55,6 @@ ordered_json presence_json(const std::vector<Presence>& list) {
                    {"per_s", p.per_s}});
   }
   return out;
-}
-
-std::string ratio_text(double ratio) {
-  return std::isinf(ratio) ? "new" : fmt::format("x{:.2f}", ratio);
-}
-
-std::string confidence_text(double p) {
-  // Beyond four nines the digits say nothing a reader can use.
-  return p < 1e-4 ? ">99.99%" : fmt::format("{:.2f}%", 100 * (1 - p));
 }
 
 std::string change_line(const Change& c) {
@@ -76,6 +76,15 @@ std::string presence_line(const Presence& p) {
 
 }  // namespace
 
+std::string ratio_text(double ratio) {
+  return std::isinf(ratio) ? "new" : fmt::format("x{:.2f}", ratio);
+}
+
+std::string confidence_text(double p) {
+  // Beyond four nines the digits say nothing a reader can use.
+  return p < 1e-4 ? ">99.99%" : fmt::format("{:.2f}%", 100 * (1 - p));
+}
+
 std::string format_value(double value, std::string_view unit) {
   if (unit == "ns") {
     const double a = std::fabs(value);
@@ -92,6 +101,8 @@ std::string format_value(double value, std::string_view unit) {
     return fmt::format("{:.0f} B", value);
   }
   if (unit == "/s") return fmt::format("{:.2f}/s", value);
+  if (unit == "bytes/s") return format_value(value, "bytes") + "/s";
+  if (unit == "GB/s") return fmt::format("{:.2f} GB/s", value);
   return fmt::format("{:.1f} {}", value, unit);
 }
 
@@ -123,7 +134,9 @@ ordered_json report_json(const Comparison& c, const Thresholds& t, bool all) {
                        {"min_ratio", t.min_ratio},
                        {"min_effect", t.min_delta},
                        {"min_calls", t.min_calls},
-                       {"min_events", t.min_events}};
+                       {"min_events", t.min_events},
+                       {"min_cost", t.min_cost},
+                       {"min_outcome_runs", t.min_outcome_runs}};
   return out;
 }
 

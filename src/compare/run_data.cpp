@@ -23,44 +23,86 @@ constexpr uint64_t kMinWindowNs = 50'000'000;
 constexpr uint64_t kMaxWindowNs = 1'000'000'000;
 constexpr uint64_t kWindowsPerShortestRun = 20;
 
-struct GpuDb {
+struct Db {
   sqlite3* db = nullptr;
-  ~GpuDb() { sqlite3_close(db); }
+  ~Db() { sqlite3_close(db); }
 };
-struct GpuStmt {
+struct Stmt {
   sqlite3_stmt* stmt = nullptr;
-  ~GpuStmt() { sqlite3_finalize(stmt); }
+  ~Stmt() { sqlite3_finalize(stmt); }
 };
 
 double column_or_nan(sqlite3_stmt* s, int i) {
   return sqlite3_column_type(s, i) == SQLITE_NULL ? std::nan("") : sqlite3_column_double(s, i);
 }
 
-// The gpu layer's samples. A session without the table (older ones) or without rows has none;
-// that is not an error, the gpu layer is optional.
+uint64_t column_u64(sqlite3_stmt* s, int i) {
+  return static_cast<uint64_t>(std::max<int64_t>(sqlite3_column_int64(s, i), 0));
+}
+
+std::string column_text(sqlite3_stmt* s, int i) {
+  const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(s, i));
+  return text ? text : "";
+}
+
+// Each row of an optional table of the session (a layer's: gpu samples, collectives, Python
+// functions). A session without the table (an older one, or one recorded without the layer) has
+// none; that is not an error, layers are optional.
+template <typename OnRow>
+void each_row(const std::string& dir, const char* sql, OnRow on_row) {
+  Db db;
+  const std::string path = dir + "/events.sqlite";
+  if (sqlite3_open_v2(path.c_str(), &db.db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) return;
+  Stmt s;
+  if (sqlite3_prepare_v2(db.db, sql, -1, &s.stmt, nullptr) != SQLITE_OK) return;
+  while (sqlite3_step(s.stmt) == SQLITE_ROW) on_row(s.stmt);
+}
+
 std::vector<GpuReading> read_gpu_samples(const std::string& dir) {
   std::vector<GpuReading> out;
-  GpuDb db;
-  const std::string path = dir + "/events.sqlite";
-  if (sqlite3_open_v2(path.c_str(), &db.db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) return out;
-  GpuStmt s;
-  if (sqlite3_prepare_v2(db.db,
-                         "SELECT device, ts_ns, util_pct, memory_used_bytes, power_w, "
-                         "temperature_c, sm_clock_mhz FROM gpu_samples ORDER BY id",
-                         -1, &s.stmt, nullptr) != SQLITE_OK) {
-    return out;
-  }
-  while (sqlite3_step(s.stmt) == SQLITE_ROW) {
-    GpuReading r;
-    r.device = sqlite3_column_int(s.stmt, 0);
-    r.ts_ns = static_cast<uint64_t>(sqlite3_column_int64(s.stmt, 1));
-    r.util_pct = column_or_nan(s.stmt, 2);
-    r.memory_used_bytes = column_or_nan(s.stmt, 3);
-    r.power_w = column_or_nan(s.stmt, 4);
-    r.temperature_c = column_or_nan(s.stmt, 5);
-    r.sm_clock_mhz = column_or_nan(s.stmt, 6);
-    out.push_back(r);
-  }
+  each_row(dir,
+           "SELECT device, ts_ns, util_pct, memory_used_bytes, power_w, temperature_c, "
+           "sm_clock_mhz FROM gpu_samples ORDER BY id",
+           [&](sqlite3_stmt* s) {
+             GpuReading r;
+             r.device = sqlite3_column_int(s, 0);
+             r.ts_ns = column_u64(s, 1);
+             r.util_pct = column_or_nan(s, 2);
+             r.memory_used_bytes = column_or_nan(s, 3);
+             r.power_w = column_or_nan(s, 4);
+             r.temperature_c = column_or_nan(s, 5);
+             r.sm_clock_mhz = column_or_nan(s, 6);
+             out.push_back(r);
+           });
+  return out;
+}
+
+std::vector<CollectiveEntry> read_collectives(const std::string& dir) {
+  std::vector<CollectiveEntry> out;
+  each_row(dir,
+           "SELECT c.pid, k.comm, k.rank, k.seq, c.start_ns FROM collectives k "
+           "JOIN calls c ON c.id = k.call_id",
+           [&](sqlite3_stmt* s) {
+             CollectiveEntry e;
+             e.pid = static_cast<uint32_t>(sqlite3_column_int64(s, 0));
+             e.comm = column_text(s, 1);
+             e.rank = sqlite3_column_int(s, 2);
+             e.seq = column_u64(s, 3);
+             e.start_ns = column_u64(s, 4);
+             out.push_back(std::move(e));
+           });
+  return out;
+}
+
+std::vector<PythonFunctionTime> read_python_functions(const std::string& dir) {
+  std::vector<PythonFunctionTime> out;
+  each_row(dir, "SELECT function, samples, self_ns FROM python_functions", [&](sqlite3_stmt* s) {
+    PythonFunctionTime f;
+    f.function = column_text(s, 0);
+    f.samples = column_u64(s, 1);
+    f.self_ns = column_u64(s, 2);
+    out.push_back(std::move(f));
+  });
   return out;
 }
 
@@ -99,22 +141,30 @@ class Windows {
   uint64_t start_, window_, count_ = 0, tail_ = 0;
 };
 
-// The calls of one (process, layer, name) in one run.
+// The calls of one (process, layer, name) in one run, or the collectives of one rank.
 struct CallSlot {
-  std::vector<uint32_t> counts;                          // per window
-  std::vector<std::pair<uint32_t, uint64_t>> durations;  // (window, ns)
+  std::vector<uint32_t> counts;                     // per window
+  std::vector<std::pair<uint32_t, double>> values;  // (window, value): a duration, a bandwidth
   uint64_t calls = 0, total_ns = 0;
 };
 
-// Per-window medians of `durations` (any window with a call has one).
-std::vector<double> window_medians(std::vector<std::pair<uint32_t, uint64_t>> durations) {
-  std::sort(durations.begin(), durations.end());
+void add_value(CallSlot& slot, std::ptrdiff_t w, uint64_t ns, double value) {
+  ++slot.calls;
+  slot.total_ns += ns;
+  if (w < 0) return;
+  if (!slot.counts.empty()) ++slot.counts[static_cast<size_t>(w)];
+  slot.values.emplace_back(static_cast<uint32_t>(w), value);
+}
+
+// Per-window medians of `values` (any window with a value has one).
+std::vector<double> window_medians(std::vector<std::pair<uint32_t, double>> values) {
+  std::sort(values.begin(), values.end());
   std::vector<double> out, group;
-  for (size_t i = 0; i < durations.size();) {
+  for (size_t i = 0; i < values.size();) {
     size_t j = i;
     group.clear();
-    while (j < durations.size() && durations[j].first == durations[i].first) {
-      group.push_back(static_cast<double>(durations[j].second));
+    while (j < values.size() && values[j].first == values[i].first) {
+      group.push_back(values[j].second);
       ++j;
     }
     out.push_back(median(group));
@@ -177,19 +227,19 @@ void measure_calls(const LoadedRun& run, const Windows& windows, RunData& out) {
   };
   // Names are interned in the session, so their addresses identify them.
   using SlotKey = std::tuple<const std::string*, Layer, const char*>;
-  std::map<SlotKey, CallSlot> calls, self, kernels;
+  std::map<SlotKey, CallSlot> calls, self, kernels, bandwidth;
   auto slot = [&](std::map<SlotKey, CallSlot>& in, const SlotKey& key) -> CallSlot& {
     auto [it, fresh] = in.try_emplace(key);
     if (fresh) it->second.counts.assign(windows.count(), 0);
     return it->second;
   };
   auto add = [](CallSlot& slot, std::ptrdiff_t w, uint64_t ns) {
-    ++slot.calls;
-    slot.total_ns += ns;
-    if (w < 0) return;
-    ++slot.counts[static_cast<size_t>(w)];
-    slot.durations.emplace_back(static_cast<uint32_t>(w), ns);
+    add_value(slot, w, ns, static_cast<double>(ns));
   };
+  // NCCL calls made between ncclGroupStart and ncclGroupEnd return at once and move their bytes
+  // at ncclGroupEnd: their durations say nothing of a bandwidth. Open groups per thread (calls
+  // arrive in the order they returned, and these do not nest in one another).
+  std::map<std::pair<uint32_t, uint32_t>, uint32_t> open_groups;
   // Self time: calls arrive in the order they returned, children before their parent, so the
   // time of the calls nested directly in a call at depth d is what its depth-d+1 children added
   // since the previous call at depth d on the thread returned.
@@ -218,6 +268,17 @@ void measure_calls(const LoadedRun& run, const Windows& windows, RunData& out) {
       ++all.calls;
       all.total_ns += c.duration_ns;
       if (w >= 0) ++all.counts[static_cast<size_t>(w)];
+    }
+
+    if (c.layer == Layer::kNccl) {
+      uint32_t& groups = open_groups[{c.pid, places ? s.places[i].tid : 0}];
+      if (!c.failed && c.name == "ncclGroupStart") ++groups;
+      if (c.name == "ncclGroupEnd" && groups > 0) --groups;  // failed or not, the group is over
+      // Bytes per ns are GB/s.
+      if (c.bytes > 0 && c.duration_ns > 0 && groups == 0) {
+        add_value(slot(bandwidth, {&key, c.layer, c.name.data()}), w, c.duration_ns,
+                  static_cast<double>(c.bytes) / static_cast<double>(c.duration_ns));
+      }
     }
 
     Memory& m = memory[c.pid];
@@ -256,7 +317,7 @@ void measure_calls(const LoadedRun& run, const Windows& windows, RunData& out) {
       MetricKey key{*process, std::string(layer_name(layer)),
                     latency == kLaunchLatency ? demangled_kernel_name(name) : std::string(name),
                     std::string(latency)};
-      RunValues lat{window_medians(slot.durations), slot.calls, slot.total_ns};
+      RunValues lat{window_medians(slot.values), slot.calls, slot.total_ns};
       out.metrics[key] = std::move(lat);
       if (share.empty()) continue;
       key.metric = share;
@@ -268,6 +329,7 @@ void measure_calls(const LoadedRun& run, const Windows& windows, RunData& out) {
   emit(calls, kLatency, kShare);
   emit(self, kSelfTime, "");
   emit(kernels, kLaunchLatency, kLaunchShare);
+  emit(bandwidth, kBandwidth, "");
   for (const auto& [key, all] : totals) {
     out.metrics[{key, "all", "all calls", std::string(kPace)}] =
         RunValues{window_rates(all.counts, windows, active[key]), all.calls, all.total_ns};
@@ -295,6 +357,38 @@ void measure_calls(const LoadedRun& run, const Windows& windows, RunData& out) {
     RunValues values{{}, v.second, 0};
     for (size_t w = begin; w < end; ++w) values.windows.push_back(v.first[w]);
     out.metrics[{key, "memory", "device memory", std::string(kMemoryPeak)}] = std::move(values);
+  }
+}
+
+// Each rank's lateness into the collectives of its communicators (collective_arrivals). A
+// collective's lateness values fall in the window of its earliest entry, so that one collective's
+// ranks are judged in the same window.
+void measure_collectives(const LoadedRun& run, const Windows& windows, RunData& out) {
+  std::map<uint32_t, std::string> keys;
+  std::map<std::string, CallSlot> lateness;
+  for (const CollectiveArrival& a : collective_arrivals(run.collectives)) {
+    auto [key, fresh] = keys.try_emplace(a.entry->pid);
+    if (fresh) key->second = process_key(*run.session, a.entry->pid);
+    add_value(lateness[key->second], windows.of(a.earliest_ns), a.lateness_ns,
+              static_cast<double>(a.lateness_ns));
+  }
+  for (const auto& [key, slot] : lateness) {
+    out.metrics[{key, "nccl", "all collectives", std::string(kLateness)}] =
+        RunValues{window_medians(slot.values), slot.calls, slot.total_ns};
+  }
+}
+
+// The share of each Python function in the run's sampled time (its self time over all functions'
+// self time): python_functions keeps whole-run figures only, so it is one value per run, for the
+// whole job (the table does not say which process ran a function).
+void measure_python(const LoadedRun& run, RunData& out) {
+  uint64_t total_ns = 0;
+  for (const PythonFunctionTime& f : run.python) total_ns += f.self_ns;
+  if (total_ns == 0) return;
+  for (const PythonFunctionTime& f : run.python) {
+    const double share = 100.0 * static_cast<double>(f.self_ns) / static_cast<double>(total_ns);
+    out.metrics[{"job", "python", f.function, std::string(kPythonShare)}] =
+        RunValues{{share}, f.samples, f.self_ns};
   }
 }
 
@@ -334,8 +428,9 @@ void measure_gpu(const LoadedRun& run, const Windows& windows, RunData& out) {
   }
 }
 
-// Whole-run counts from summary.json: the os layer's MAP_POPULATE mappings, mmaps and signals,
-// and the anomalies by kind.
+// Whole-run figures from summary.json: the os layer's MAP_POPULATE mappings, mmaps and signals,
+// and the anomalies by kind, as counts; bytes mapped a second, the mean ioctl latency per device,
+// the device memory held at the end and whether the job ended abnormally, as one value per run.
 void measure_summary(const LoadedRun& run, RunData& out) {
   const nlohmann::json& summary = run.summary;
   if (!summary.is_object()) return;
@@ -349,6 +444,13 @@ void measure_summary(const LoadedRun& run, RunData& out) {
                         const std::string& what, std::string_view metric, uint64_t n) {
     out.metrics[{process, layer, what, std::string(metric)}].count += n;
   };
+  // Per-run values summed over the processes of a key (workers of one rank share it), with the
+  // calls (mappings, ioctls, allocations) behind them; the ioctl mean divides by the calls.
+  struct Sum {
+    double value = 0;
+    uint64_t count = 0;
+  };
+  std::map<MetricKey, Sum> sums;
   const nlohmann::json os = summary.value("/layers/os"_json_pointer, nlohmann::json());
   if (os.is_object() && os.value("status", "") == "active") {
     if (const auto mmap = os.find("mmap"); mmap != os.end() && mmap->is_object()) {
@@ -358,6 +460,23 @@ void measure_summary(const LoadedRun& run, RunData& out) {
         add_events(key, "os", "MAP_POPULATE mmaps", kEventRate,
                    st.value("/populate/count"_json_pointer, uint64_t{0}));
         add_events(key, "os", "mmaps", kEventRate, st.value("mmaps", uint64_t{0}));
+        // Bytes are no independent events (one mapping may be a GiB): not a Poisson count.
+        Sum& bytes = sums[{key, "os", "mmaps", std::string(kMmapBytesRate)}];
+        bytes.value += st.value("bytes_mapped", 0.0);
+        bytes.count += st.value("mmaps", uint64_t{0});
+      }
+    }
+    // layers.os.ioctl.processes: {pid: {device: {count, total_ns, ...}}}.
+    const nlohmann::json ioctl =
+        os.value("/ioctl/processes"_json_pointer, nlohmann::json::object());
+    for (const auto& [pid, devices] : ioctl.items()) {
+      if (!devices.is_object()) continue;
+      const std::string key = key_of_text(pid);
+      for (const auto& [device, st] : devices.items()) {
+        if (!st.is_object()) continue;
+        Sum& ns = sums[{key, "os", device, std::string(kIoctlLatency)}];
+        ns.value += st.value("total_ns", 0.0);
+        ns.count += st.value("count", uint64_t{0});
       }
     }
     if (const auto signals = os.find("signals"); signals != os.end() && signals->is_array()) {
@@ -379,6 +498,28 @@ void measure_summary(const LoadedRun& run, RunData& out) {
       add_events(process, a.value("layer", "?"), a.value("kind", "?"), kAnomalyRate, 1);
     }
   }
+  // memory.outstanding_device_bytes: {pid: bytes}. The calls behind it are the allocations and
+  // frees the device memory peak of the same key counted.
+  const nlohmann::json outstanding =
+      summary.value("/memory/outstanding_device_bytes"_json_pointer, nlohmann::json::object());
+  for (const auto& [pid, bytes] : outstanding.items()) {
+    if (!bytes.is_number()) continue;
+    const std::string key = key_of_text(pid);
+    Sum& held = sums[{key, "memory", "device memory", std::string(kMemoryAtEnd)}];
+    held.value += bytes.get<double>();
+    const auto peak = out.metrics.find({key, "memory", "device memory", std::string(kMemoryPeak)});
+    held.count = peak == out.metrics.end() ? 0 : peak->second.count;
+  }
+  for (const auto& [key, sum] : sums) {
+    double value = sum.value;
+    if (key.metric == kMmapBytesRate) value = out.seconds > 0 ? sum.value / out.seconds : 0;
+    if (key.metric == kIoctlLatency) {
+      if (sum.count == 0) continue;  // no mean of no calls
+      value = sum.value / static_cast<double>(sum.count);
+    }
+    out.metrics[key] = RunValues{{value}, sum.count, 0};
+  }
+
   if (const auto code = summary.find("exit_code"); code != summary.end() && code->is_number()) {
     out.end.exit_code = code->get<int>();
   }
@@ -396,9 +537,16 @@ void measure_summary(const LoadedRun& run, RunData& out) {
     }
   }
   out.events_dropped = summary.value("/events/dropped"_json_pointer, uint64_t{0});
+  // Known only from a summary: a crashed recorder's session says nothing of how the job ended.
+  out.metrics[{"job", "job", "exit", std::string(kAbnormalRuns)}] =
+      RunValues{{ended_abnormally(out.end) ? 100.0 : 0.0}, 1, 0};
 }
 
 }  // namespace
+
+bool ended_abnormally(const RunEnd& end) {
+  return (end.exit_code && *end.exit_code != 0) || !end.causes.empty();
+}
 
 MetricInfo metric_info(std::string_view metric) {
   if (metric == kShare || metric == kLaunchShare) return {"%", true, Sampling::kWindows, false};
@@ -410,20 +558,57 @@ MetricInfo metric_info(std::string_view metric) {
   if (metric == kGpuTemperature) return {"C", true, Sampling::kWindows, true};
   if (metric == kGpuClock) return {"MHz", false, Sampling::kWindows, true};
   if (metric == kEventRate || metric == kAnomalyRate) return {"/s", true, Sampling::kEvents, false};
+  if (metric == kBandwidth) return {"GB/s", false, Sampling::kWindows, true};
+  if (metric == kLateness) return {"ns", true, Sampling::kWindows, true, true};
+  // A function absent from a run's samples had 0 % of them: judged when either side has samples.
+  if (metric == kPythonShare) return {"%", true, Sampling::kRuns, false};
+  if (metric == kMemoryAtEnd) return {"bytes", true, Sampling::kRuns, false};
+  if (metric == kMmapBytesRate) return {"bytes/s", true, Sampling::kRuns, false};
+  if (metric == kIoctlLatency) return {"ns", true, Sampling::kRuns, true};
+  if (metric == kAbnormalRuns) return {"%", true, Sampling::kOutcomes, false};
   return {"ns", true, Sampling::kWindows, true};  // latency, self time, launch latency
 }
 
+std::vector<CollectiveArrival> collective_arrivals(const std::vector<CollectiveEntry>& entries) {
+  std::map<std::pair<std::string_view, uint64_t>, std::vector<const CollectiveEntry*>>
+      by_collective;
+  for (const CollectiveEntry& e : entries) by_collective[{e.comm, e.seq}].push_back(&e);
+  std::vector<CollectiveArrival> out;
+  std::vector<int> ranks;
+  for (const auto& [id, in] : by_collective) {
+    ranks.clear();
+    for (const CollectiveEntry* e : in) ranks.push_back(e->rank);
+    std::sort(ranks.begin(), ranks.end());
+    if (std::unique(ranks.begin(), ranks.end()) - ranks.begin() < 2) continue;
+    uint64_t earliest = std::numeric_limits<uint64_t>::max(), latest = 0;
+    for (const CollectiveEntry* e : in) {
+      earliest = std::min(earliest, e->start_ns);
+      latest = std::max(latest, e->start_ns);
+    }
+    for (const CollectiveEntry* e : in) {
+      out.push_back(
+          {e, earliest, e->start_ns - earliest, latest > earliest && e->start_ns == latest});
+    }
+  }
+  return out;
+}
+
 Result<LoadedRun> load_run(const std::string& dir) {
-  LoadedRun run;
-  auto session = load_recorded_session(dir, /*with_places=*/true);
-  if (!session) return session.error();
-  run.session = std::move(*session);
-  if (run.session->calls.empty()) {
+  auto run = read_run(dir);
+  if (run && run->session->calls.empty()) {
     return Error{fmt::format(
         "{}: the session has no traced calls, so there is nothing to compare (was the job traced "
         "with the layers it uses, and did it run?)",
         dir)};
   }
+  return run;
+}
+
+Result<LoadedRun> read_run(const std::string& dir) {
+  LoadedRun run;
+  auto session = load_recorded_session(dir, /*with_places=*/true);
+  if (!session) return session.error();
+  run.session = std::move(*session);
   const fs::path summary = fs::path(dir) / "summary.json";
   std::error_code ec;
   if (fs::exists(summary, ec)) {
@@ -435,6 +620,8 @@ Result<LoadedRun> load_run(const std::string& dir) {
     }
   }
   run.gpu = read_gpu_samples(dir);
+  run.collectives = read_collectives(dir);
+  run.python = read_python_functions(dir);
   return run;
 }
 
@@ -458,7 +645,9 @@ RunData measure_run(const LoadedRun& run, uint64_t window_ns) {
   const Windows windows(run.session->start_ns, run.session->end_ns, window_ns);
   out.windows = windows.count();
   measure_calls(run, windows, out);
+  measure_collectives(run, windows, out);
   measure_gpu(run, windows, out);
+  measure_python(run, out);
   measure_summary(run, out);
   return out;
 }

@@ -3,7 +3,10 @@ healthy and with an injected change, with exact verdicts both ways: two healthy 
 runs) report no regression and exit 0; an API made 1.5x slower (the simulated runtime's own latency
 rule) is reported, alone, with its ratio and confidence, and exit 1; the reverse order reports an
 improvement; a device memory leak shows as device memory growth; bad input is exit 2 with a
-one-line message. The recordings are short (about 1.3 s each) and shared by every test."""
+one-line message. The recordings are short (about 1.3 s each) and shared by every test.
+NcclLateness: a two-rank NCCL job (simnccl_job) whose rank 1 turns up 2 ms late at every collective
+is reported as rank 1's collective lateness, never rank 0's; two healthy runs report nothing
+(four recordings of about a second)."""
 import json
 import os
 import shutil
@@ -14,7 +17,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import eacgm_testlib  # noqa: E402
-from eacgm_testlib import EACGM, SIMTRAIN  # noqa: E402
+from eacgm_testlib import EACGM, SIMNCCL_JOB, SIMTRAIN  # noqa: E402
 
 # 400 steps of about 3 ms (2 ms of host work each): ~1.3 s, twenty 60-ms windows per run.
 JOB = ["--ranks", "2", "--steps", "400", "--step-us", "2000"]
@@ -24,6 +27,11 @@ SLOW_LAUNCH = "latency cudaLaunchKernel 4500ns"
 KERNELS = ("embedding_fwd(int*)", "gemm_fwd(int*)", "softmax_fwd(int*)", "gemm_bwd(int*)",
            "adam_step(int*)")
 LEAK_BYTES = str(1 << 20)  # one more 1 MiB cudaMalloc per step, never freed
+# 200 steps of about 2.5 ms: 220 collectives a rank (200 allreduces, 20 broadcasts), enough for
+# compare's 100 on each side, in under a second a run.
+NCCL_JOB = ["--ranks", "2", "--steps", "200", "--step-us", "2000"]
+# Rank 1 sleeps 2 ms before each collective (a slow data loader): rank 0 waits for it.
+SLOW_RANK = ["--slow-rank", "1", "--slow-ms", "2"]
 
 
 def eacgm(*args):
@@ -161,6 +169,66 @@ class Compare(unittest.TestCase):
                                "true"], capture_output=True, text=True, timeout=60)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         assertBad([a, quiet], "no traced calls")
+
+
+class NcclLateness(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("needs root to load BPF programs")
+        cls.shared = tempfile.mkdtemp(prefix="eacgm-compare-nccl-")
+        cls.healthy = [cls.record(f"healthy{i}") for i in range(2)]
+        cls.slow = [cls.record(f"slow{i}", SLOW_RANK) for i in range(2)]
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.shared, ignore_errors=True)
+
+    @classmethod
+    def record(cls, name, extra_args=()):
+        out = os.path.join(cls.shared, name)
+        proc = subprocess.run([EACGM, "record", "-q", "-o", out, "--layers", "cuda,nccl", "--",
+                               SIMNCCL_JOB, *NCCL_JOB, *extra_args],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return out
+
+    @staticmethod
+    def compare(*args):
+        proc = eacgm("compare", "--json", "--all", *args)
+        return proc.returncode, json.loads(proc.stdout)
+
+    @staticmethod
+    def lateness(changes):
+        return {c["process"]: c for c in changes if c["metric"] == "collective lateness"}
+
+    def test_the_late_rank_is_named(self):
+        rc, report = self.compare(*self.healthy, "--", *self.slow)
+        self.assertEqual(rc, 1, report)
+        late = self.lateness(report["regressions"])
+        # The rank that arrives late, alone: rank 0 is now never the late one, but that saves
+        # the job no time (it waits instead), so it is no improvement either.
+        self.assertEqual(sorted(late), ["rank:1"], json.dumps(report["regressions"], indent=1))
+        self.assertEqual(self.lateness(report["improvements"]), {})
+        c = late["rank:1"]
+        self.assertEqual((c["layer"], c["what"], c["unit"]), ("nccl", "all collectives", "ns"))
+        # About the 2 ms it sleeps before each collective; healthy ranks are microseconds apart.
+        self.assertGreater(c["candidate"], 1.5e6, c)
+        self.assertLess(c["base"], 0.5e6, c)
+        self.assertGreater(c["confidence"], 0.99, c)
+        self.assertGreater(c["time_share"], 0.1, c)  # what rank 0 waits for it, per second
+        # Rank 0's allreduces now hold its wait for rank 1: bytes over their time fall.
+        bandwidth = [(c["what"], c["process"]) for c in report["regressions"]
+                     if c["metric"] == "bandwidth"]
+        self.assertIn(("ncclAllReduce", "rank:0"), bandwidth)
+
+    def test_healthy_runs_report_no_lateness(self):
+        rc, report = self.compare(*self.healthy)
+        self.assertEqual(rc, 0, report)
+        self.assertEqual(report["regressions"], [])
+        self.assertEqual(report["improvements"], [])
+        judged = self.lateness(report["unchanged_metrics"])
+        self.assertEqual(sorted(judged), ["rank:0", "rank:1"])
 
 
 if __name__ == "__main__":

@@ -317,6 +317,16 @@ class SessionDb {
         tid, layer, name, start, duration, depth, inner ? 1 : 0,
         kernel ? fmt::format("'{}'", kernel) : "NULL"));
   }
+  // A call of any process with the bytes it moved and its arguments; returns its id.
+  int64_t row(int pid, int tid, const char* layer, const char* name, uint64_t start,
+              uint64_t duration, uint64_t bytes, const char* args = "{}") {
+    exec(fmt::format(
+        "INSERT INTO calls (pid, tid, layer, name, start_ns, duration_ns, ret, error, bytes, "
+        "depth, args, inner_call, kernel) VALUES ({}, {}, '{}', '{}', {}, {}, 0, NULL, {}, 0, "
+        "'{}', 0, NULL)",
+        pid, tid, layer, name, start, duration, bytes, args));
+    return sqlite3_last_insert_rowid(db_);
+  }
 
  private:
   sqlite3* db_ = nullptr;
@@ -379,6 +389,379 @@ TEST(RunData, BadSessionsAreOneLineErrors) {
   auto summary = load_run(bad_summary);
   ASSERT_FALSE(summary.ok());
   EXPECT_NE(summary.error().message.find("summary.json"), std::string::npos);
+}
+
+// Two ranks' NCCL calls: ranks 0 (pid 7) and 1 (pid 8), 100-ms windows over one second.
+TEST(RunData, CollectiveLatenessAndNcclBandwidth) {
+  TempDir dir("eacgm-compare");
+  {
+    SessionDb db(dir.path().string());
+    db.exec("INSERT INTO processes VALUES (8, 1, 'python', 1, NULL, 'rank')");
+    db.exec(
+        "CREATE TABLE collectives (call_id INTEGER PRIMARY KEY, comm TEXT, rank INTEGER, nranks "
+        "INTEGER, seq INTEGER)");
+    constexpr uint64_t kBytes = 8'000'000;
+    auto collective = [&](int rank, const char* comm, int seq, uint64_t start, uint64_t duration) {
+      const int64_t id =
+          db.row(7 + rank, 70 + rank, "nccl", "ncclAllReduce", start, duration, kBytes);
+      db.exec(
+          fmt::format("INSERT INTO collectives VALUES ({}, '{}', {}, 2, {})", id, comm, rank, seq));
+    };
+    // seq 1: rank 1 enters 500 us after rank 0; seq 2: 10 ms after, its entry in the next window
+    // (the collective counts in the window of its earliest entry); seq 3: rank 0 is the late one.
+    collective(0, "c1", 1, 10 * kMs, 2 * kMs);        // 4 GB/s
+    collective(1, "c1", 1, 10'500'000, 1 * kMs);      // 8 GB/s
+    collective(0, "c1", 2, 95 * kMs, 16 * kMs);       // 0.5 GB/s
+    collective(1, "c1", 2, 105 * kMs, 4 * kMs);       // 2 GB/s, window 1
+    collective(1, "c1", 3, 150 * kMs, 1 * kMs);       // 8 GB/s
+    collective(0, "c1", 3, 150'200'000, 2 * kMs);     // 4 GB/s
+    collective(0, "c1", 4, 300 * kMs, 8 * kMs);       // seen on one rank only: no lateness
+    collective(0, "world", 1, 400 * kMs, 1 * kMs);    // the assumed communicator counts too
+    collective(1, "world", 1, 400'100'000, 1 * kMs);  // 100 us late
+    // A send inside a group returns at once: no bandwidth. The group ends, so the broadcast after
+    // it counts. Calls of other layers never have one.
+    db.row(7, 70, "nccl", "ncclGroupStart", 450 * kMs, 1000, 0);
+    db.row(7, 70, "nccl", "ncclSend", 450'010'000, 1000, kBytes);
+    db.row(7, 70, "nccl", "ncclGroupEnd", 450'020'000, 5 * kMs, 0);
+    db.row(7, 70, "nccl", "ncclBroadcast", 500 * kMs, 1 * kMs, 1'000'000);  // 1 GB/s
+    db.row(7, 70, "cuda", "cudaMemcpy", 600 * kMs, 1 * kMs, kBytes);
+  }
+  auto run = load_run(dir.path().string());
+  ASSERT_TRUE(run.ok()) << run.error().message;
+  EXPECT_EQ(run->collectives.size(), 9u);
+  const RunData data = measure_run(*run, 100 * kMs);
+  auto values = [&](const char* process, const char* what, std::string_view metric) {
+    auto it = data.metrics.find({process, "nccl", what, std::string(metric)});
+    return it == data.metrics.end() ? RunValues{} : it->second;
+  };
+  // Rank 0: 0 and 0 in window 0, 200 us in window 1, 0 in window 4 (world).
+  const RunValues late0 = values("rank:0", "all collectives", kLateness);
+  EXPECT_EQ(late0.windows, (std::vector<double>{0, 200'000, 0}));
+  EXPECT_EQ(late0.count, 4u);
+  EXPECT_EQ(late0.total_ns, 200'000u);
+  // Rank 1: the median of 500 us and 10 ms in window 0, 0 in window 1, 100 us in window 4.
+  const RunValues late1 = values("rank:1", "all collectives", kLateness);
+  EXPECT_EQ(late1.windows, (std::vector<double>{5'250'000, 0, 100'000}));
+  EXPECT_EQ(late1.count, 4u);
+  EXPECT_EQ(late1.total_ns, 10'600'000u);
+  EXPECT_EQ(metric_info(kLateness).unit, "ns");
+  EXPECT_TRUE(metric_info(kLateness).judged_by_cost);
+
+  // Bandwidth per window (by each call's own start): rank 0 {4, 0.5} {4} {1} {8}.
+  const RunValues bw0 = values("rank:0", "ncclAllReduce", kBandwidth);
+  EXPECT_EQ(bw0.windows, (std::vector<double>{2.25, 4, 1, 8}));
+  EXPECT_EQ(bw0.count, 5u);
+  EXPECT_EQ(bw0.total_ns, 29 * kMs);
+  EXPECT_EQ(values("rank:1", "ncclAllReduce", kBandwidth).windows, (std::vector<double>{8, 5, 8}));
+  EXPECT_EQ(values("rank:0", "ncclBroadcast", kBandwidth).windows, std::vector<double>{1});
+  EXPECT_EQ(values("rank:0", "ncclSend", kBandwidth).count, 0u);
+  EXPECT_EQ(data.metrics.count({"rank:0", "cuda", "cudaMemcpy", std::string(kBandwidth)}), 0u);
+  EXPECT_FALSE(metric_info(kBandwidth).higher_is_worse);
+  EXPECT_EQ(metric_info(kBandwidth).unit, "GB/s");
+}
+
+// Figures kept for the whole run only: each run gives one value.
+TEST(RunData, PerRunValuesFromPythonSamplesAndTheSummary) {
+  TempDir dir("eacgm-compare");
+  const std::string ok = dir.mkdirs("ok");
+  {
+    SessionDb db(ok);
+    db.row(7, 7, "cuda", "cudaMalloc", 1 * kMs, 6000, kMiB,
+           R"({"devPtr": "0x7c0000000000", "size": 1048576})");
+    db.exec(
+        "CREATE TABLE python_functions (function TEXT PRIMARY KEY, file TEXT, first_line "
+        "INTEGER, count INTEGER, samples INTEGER NOT NULL, total_ns INTEGER NOT NULL, self_ns "
+        "INTEGER NOT NULL)");
+    db.exec(
+        "INSERT INTO python_functions VALUES ('train.py:step', 'train.py', 3, NULL, 40, 900, "
+        "300), ('data.py:load', 'data.py', 9, NULL, 20, 100, 100), ('train.py:main', "
+        "'train.py', 1, NULL, 50, 1000, 0)");
+  }
+  std::ofstream(ok + "/summary.json") << R"({
+    "exit_code": 0,
+    "processes": [{"pid": 7, "exit": {"code": 0, "signal": null, "cause": "exited with 0"}}],
+    "layers": {"os": {"status": "active",
+      "mmap": {"7": {"mmaps": 4, "bytes_mapped": 3000000, "populate": {"count": 0}}},
+      "ioctl": {"processes": {"7": {"/dev/nvidiactl": {"count": 4, "total_ns": 10000},
+                                    "/dev/nvidia0": {"count": 0, "total_ns": 0}}}}}},
+    "memory": {"outstanding_device_bytes": {"7": 1048576}}})";
+  auto run = load_run(ok);
+  ASSERT_TRUE(run.ok()) << run.error().message;
+  const RunData data = measure_run(*run, 100 * kMs);
+  auto values = [&](const char* process, const char* layer, const char* what,
+                    std::string_view metric) {
+    auto it = data.metrics.find({process, layer, what, std::string(metric)});
+    return it == data.metrics.end() ? RunValues{} : it->second;
+  };
+  // Self time over all sampled self time (400 ns): 75 %, 25 %, 0 %.
+  EXPECT_EQ(values("job", "python", "train.py:step", kPythonShare).windows,
+            std::vector<double>{75});
+  EXPECT_EQ(values("job", "python", "train.py:step", kPythonShare).count, 40u);
+  EXPECT_EQ(values("job", "python", "data.py:load", kPythonShare).windows, std::vector<double>{25});
+  EXPECT_EQ(values("job", "python", "train.py:main", kPythonShare).windows, std::vector<double>{0});
+  // 3 MB mapped in a one-second run; 10 us over 4 ioctls; a device without ioctls has no mean.
+  EXPECT_EQ(values("rank:0", "os", "mmaps", kMmapBytesRate).windows,
+            std::vector<double>{3'000'000});
+  EXPECT_EQ(values("rank:0", "os", "mmaps", kMmapBytesRate).count, 4u);
+  EXPECT_EQ(values("rank:0", "os", "/dev/nvidiactl", kIoctlLatency).windows,
+            std::vector<double>{2500});
+  EXPECT_EQ(values("rank:0", "os", "/dev/nvidiactl", kIoctlLatency).count, 4u);
+  EXPECT_EQ(data.metrics.count({"rank:0", "os", "/dev/nvidia0", std::string(kIoctlLatency)}), 0u);
+  // Held at the end, with the one allocation behind it.
+  EXPECT_EQ(values("rank:0", "memory", "device memory", kMemoryAtEnd).windows,
+            std::vector<double>{1048576});
+  EXPECT_EQ(values("rank:0", "memory", "device memory", kMemoryAtEnd).count, 1u);
+  // A job that ended well.
+  EXPECT_EQ(values("job", "job", "exit", kAbnormalRuns).windows, std::vector<double>{0});
+  EXPECT_EQ(values("job", "job", "exit", kAbnormalRuns).count, 1u);
+  for (std::string_view m : {kPythonShare, kMemoryAtEnd, kMmapBytesRate, kIoctlLatency}) {
+    EXPECT_EQ(metric_info(m).sampling, Sampling::kRuns) << m;
+  }
+  EXPECT_EQ(metric_info(kAbnormalRuns).sampling, Sampling::kOutcomes);
+
+  // A rank killed: the run ended abnormally. Without a summary, how it ended is unknown.
+  const std::string killed = dir.mkdirs("killed");
+  {
+    SessionDb db(killed);
+    db.call(1, "cuda", "cudaMalloc", 0, 1000, 0);
+  }
+  std::ofstream(killed + "/summary.json") << R"({"exit_code": 137, "processes": [{"pid": 7,
+    "exit": {"code": null, "signal": 9, "cause": "killed by SIGKILL"}}]})";
+  auto k = load_run(killed);
+  ASSERT_TRUE(k.ok()) << k.error().message;
+  const RunData kd = measure_run(*k, 100 * kMs);
+  EXPECT_EQ(kd.metrics.at({"job", "job", "exit", std::string(kAbnormalRuns)}).windows,
+            std::vector<double>{100});
+  EXPECT_EQ(kd.end.causes, std::vector<std::string>{"rank:0: killed by SIGKILL"});
+  std::filesystem::remove(killed + "/summary.json");
+  auto unknown = load_run(killed);
+  ASSERT_TRUE(unknown.ok());
+  EXPECT_EQ(measure_run(*unknown, 100 * kMs)
+                .metrics.count({"job", "job", "exit", std::string(kAbnormalRuns)}),
+            0u);
+}
+
+// A synthetic run with one per-run value (python share by default) beside the usual calls.
+RunData run_with(const std::string& dir, double value, int seed,
+                 std::string_view metric = kPythonShare, const char* what = "train.py:step") {
+  RunData r = synthetic_run(dir, 3000, seed);
+  r.metrics[{"job", "python", what, std::string(metric)}] = RunValues{{value}, 50, 0};
+  return r;
+}
+
+const Change* find_change(const Comparison& c, std::string_view metric) {
+  for (const auto* list : {&c.regressions, &c.improvements, &c.others}) {
+    for (const Change& ch : *list) {
+      if (ch.key.metric == metric) return &ch;
+    }
+  }
+  return nullptr;
+}
+
+TEST(CompareRuns, PerRunValuesNeedSeveralRunsASide) {
+  // One run a side: no outcome of the rank test over runs could be significant: too few, however
+  // far apart the values are.
+  const Comparison one = compare_runs({run_with("a", 10, 1)}, {run_with("b", 40, 2)}, 0.1);
+  const Change* c = find_change(one, kPythonShare);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->verdict, Verdict::kTooFew);
+  EXPECT_TRUE(one.regressions.empty());
+  // Four a side: at best p = 2 / C(8, 4) = 0.029, still too few.
+  std::vector<RunData> base, candidate;
+  for (int i = 0; i < 4; ++i) {
+    base.push_back(run_with("b" + std::to_string(i), 10 + 0.5 * i, i));
+    candidate.push_back(run_with("c" + std::to_string(i), 40 + 0.5 * i, 10 + i));
+  }
+  EXPECT_EQ(find_change(compare_runs(base, candidate, 0.1), kPythonShare)->verdict,
+            Verdict::kTooFew);
+  // Five a side, fully apart: p = 2 / C(10, 5) = 2/252, exact, a regression.
+  base.push_back(run_with("b4", 9, 4));
+  candidate.push_back(run_with("c4", 39, 14));
+  const Comparison five = compare_runs(base, candidate, 0.1);
+  ASSERT_EQ(five.regressions.size(), 1u);
+  const Change& r = five.regressions[0];
+  EXPECT_EQ(r.key, (MetricKey{"job", "python", "train.py:step", std::string(kPythonShare)}));
+  EXPECT_EQ(r.base, 10.5);  // the median of 10, 10.5, 11, 11.5, 9
+  EXPECT_EQ(r.candidate, 40.5);
+  EXPECT_NEAR(r.p, 2.0 / 252, 1e-12);
+  EXPECT_DOUBLE_EQ(r.delta, 1);
+  EXPECT_EQ(r.base_samples, 5u);
+  EXPECT_FALSE(r.time_share.has_value());
+  const auto j = report_json(five, Thresholds{});
+  EXPECT_EQ(j["regressions"][0]["test"], "mann-whitney-exact");
+  EXPECT_EQ(j["regressions"][0]["samples"], "runs");
+  EXPECT_EQ(j["regressions"][0]["unit"], "%");
+}
+
+TEST(CompareRuns, AFunctionNotSampledHadNoShare) {
+  std::vector<RunData> base, candidate;
+  for (int i = 0; i < 5; ++i) {
+    base.push_back(run_with("b" + std::to_string(i), 30 + i, i));
+    // The candidate sampled Python, but never caught train.py:step.
+    candidate.push_back(
+        run_with("c" + std::to_string(i), 100, 10 + i, kPythonShare, "train.py:other"));
+  }
+  // A run that sampled no Python at all says nothing of the function.
+  candidate.push_back(synthetic_run("c5", 3000, 15));
+  const Comparison c = compare_runs(base, candidate, 0.1);
+  const Change* step = nullptr;
+  for (const Change& ch : c.improvements) {
+    if (ch.key.what == "train.py:step") step = &ch;
+  }
+  ASSERT_NE(step, nullptr);
+  EXPECT_EQ(step->candidate, 0);
+  EXPECT_EQ(step->candidate_samples, 5u);
+  EXPECT_EQ(step->base, 32);
+  // What the test compared, for drawing it: the zeros included.
+  EXPECT_EQ(pooled_samples(candidate, step->key, step->info), std::vector<double>(5, 0.0));
+  EXPECT_EQ(pooled_samples(base, step->key, step->info), (std::vector<double>{30, 31, 32, 33, 34}));
+}
+
+TEST(FisherExact, AgainstTheHypergeometricByHand) {
+  // 1 of 6 against 5 of 6: tables a = 0, 1, 5, 6 are at most as likely: (1 + 36 + 36 + 1) / 924.
+  EXPECT_NEAR(fisher_exact_p(1, 6, 5, 6), 74.0 / 924, 1e-12);
+  EXPECT_NEAR(fisher_exact_p(0, 5, 5, 5), 2.0 / 252, 1e-12);
+  // Unequal sides, 0 of 3 against 3 of 10: (120 + 30 + 1) / C(13, 3).
+  EXPECT_NEAR(fisher_exact_p(0, 3, 3, 10), 151.0 / 286, 1e-12);
+  EXPECT_EQ(fisher_exact_p(0, 3, 0, 3), 1);
+  EXPECT_EQ(fisher_exact_p(3, 3, 3, 3), 1);
+}
+
+RunData outcome_run(const std::string& dir, bool abnormal, int seed) {
+  RunData r = synthetic_run(dir, 3000, seed);
+  r.metrics[{"job", "job", "exit", std::string(kAbnormalRuns)}] =
+      RunValues{{abnormal ? 100.0 : 0.0}, 1, 0};
+  if (abnormal) {
+    r.end.exit_code = 137;
+    r.end.causes.push_back("rank:0: killed by SIGKILL");
+  } else {
+    r.end.exit_code = 0;
+  }
+  return r;
+}
+
+std::vector<RunData> outcome_runs(const std::string& tag, size_t abnormal, size_t runs) {
+  std::vector<RunData> out;
+  for (size_t i = 0; i < runs; ++i) {
+    out.push_back(outcome_run(tag + std::to_string(i), i < abnormal, static_cast<int>(i)));
+  }
+  return out;
+}
+
+TEST(CompareRuns, AbnormalEndsAreARateOverRuns) {
+  // Two a side, all failing against none: a note, never a verdict.
+  const Comparison two = compare_runs(outcome_runs("b", 0, 2), outcome_runs("c", 2, 2), 0.1);
+  EXPECT_TRUE(two.regressions.empty());
+  EXPECT_EQ(find_change(two, kAbnormalRuns)->verdict, Verdict::kTooFew);
+  ASSERT_EQ(two.notes.size(), 1u);
+  EXPECT_EQ(two.notes[0],
+            "runs that ended abnormally: base 0 of 2 (0%), candidate 2 of 2 (100%) (rank:0: "
+            "killed by SIGKILL; rank:0: killed by SIGKILL): too few runs to tell a change from "
+            "chance (Fisher's exact test; at least 3 runs a side, and enough for p < 0.01 to be "
+            "possible)");
+  // Two against twenty: p = 1/C(22, 2) would be significant, but two runs make no rate.
+  EXPECT_EQ(find_change(compare_runs(outcome_runs("b", 0, 20), outcome_runs("c", 2, 2), 0.1),
+                        kAbnormalRuns)
+                ->verdict,
+            Verdict::kTooFew);
+  // Five a side, none against all: p = 2/252, a regression.
+  const Comparison five = compare_runs(outcome_runs("b", 0, 5), outcome_runs("c", 5, 5), 0.1);
+  ASSERT_EQ(five.regressions.size(), 1u);
+  const Change& r = five.regressions[0];
+  EXPECT_EQ(r.key, (MetricKey{"job", "job", "exit", std::string(kAbnormalRuns)}));
+  EXPECT_EQ(r.base, 0);
+  EXPECT_EQ(r.candidate, 100);
+  EXPECT_NEAR(r.p, 2.0 / 252, 1e-12);
+  EXPECT_DOUBLE_EQ(r.delta, 1);
+  EXPECT_EQ(report_json(five, Thresholds{})["regressions"][0]["test"], "fisher-exact");
+  // One of six against five of six: p = 74/924, no change, and the note says so.
+  const Comparison six = compare_runs(outcome_runs("b", 1, 6), outcome_runs("c", 5, 6), 0.1);
+  EXPECT_TRUE(six.regressions.empty());
+  const Change* u = find_change(six, kAbnormalRuns);
+  EXPECT_EQ(u->verdict, Verdict::kUnchanged);
+  EXPECT_NEAR(u->p, 74.0 / 924, 1e-12);
+  ASSERT_EQ(six.notes.size(), 1u);
+  EXPECT_NE(six.notes[0].find("base 1 of 6 (17%)"), std::string::npos) << six.notes[0];
+  EXPECT_NE(six.notes[0].find("candidate 5 of 6 (83%)"), std::string::npos) << six.notes[0];
+  EXPECT_NE(six.notes[0].find("no significant difference (Fisher's exact test, p = 0.08)"),
+            std::string::npos)
+      << six.notes[0];
+  // Every run ended well: no note.
+  EXPECT_TRUE(compare_runs(outcome_runs("b", 0, 3), outcome_runs("c", 0, 3), 0.1).notes.empty());
+}
+
+// A run with one rank's collective lateness per window around `late_ns` (200 windows, 300
+// collectives a run of two seconds: 150 a second).
+RunData lateness_run(const std::string& dir, const std::string& rank, double late_ns, int seed) {
+  RunData r = synthetic_run(dir, 3000, seed);
+  RunValues v;
+  for (size_t w = 0; w < 20; ++w) {
+    v.windows.push_back(late_ns * (1 + 0.03 * std::sin(static_cast<double>(w * 7 + seed * 13))));
+  }
+  v.count = 300;
+  r.metrics[{rank, "nccl", "all collectives", std::string(kLateness)}] = v;
+  return r;
+}
+
+TEST(CompareRuns, LatenessIsJudgedByWhatTheWaitCosts) {
+  // Rank 1 turns 2 ms late at 150 collectives a second: the others wait 30 % of the time more.
+  RunData b = lateness_run("a", "rank:1", 10'000, 1), c = lateness_run("b", "rank:1", 2e6, 2);
+  const Comparison slow = compare_runs({b}, {c}, 0.1);
+  ASSERT_EQ(slow.regressions.size(), 1u);
+  const Change& r = slow.regressions[0];
+  EXPECT_EQ(r.key.metric, kLateness);
+  EXPECT_EQ(r.key.process, "rank:1");
+  ASSERT_TRUE(r.time_share.has_value());
+  EXPECT_NEAR(*r.time_share, (r.candidate - r.base) * 150 / 1e9, 1e-12);
+  EXPECT_NEAR(*r.time_share, 0.3, 0.01);
+  // Rank 0, which now waits for it, is never the late one any more: 10 us to 0, a clear change
+  // by the rank test, but it saves 0.15 % of the time: no improvement of rank 0's.
+  const Comparison other = compare_runs({lateness_run("a", "rank:0", 10'000, 1)},
+                                        {lateness_run("b", "rank:0", 0, 2)}, 0.1);
+  EXPECT_TRUE(other.improvements.empty());
+  EXPECT_TRUE(other.regressions.empty());
+  const Change* u = find_change(other, kLateness);
+  ASSERT_NE(u, nullptr);
+  EXPECT_EQ(u->verdict, Verdict::kUnchanged);
+  EXPECT_LT(u->p, 1e-6);
+}
+
+TEST(Decide, CostFloorAndTooFewSamples) {
+  const Thresholds t;
+  Evidence e{1e-6, 1.0, 3.0, 1000, 1000, metric_info(kLateness), true};
+  e.cost = 0.009;
+  EXPECT_EQ(decide(e, t), Verdict::kUnchanged);
+  e.cost = 0.01;
+  EXPECT_EQ(decide(e, t), Verdict::kRegression);
+  // A test that could not have been significant with its samples: too few, not unchanged.
+  Evidence latency = latency_evidence(0.2, 1.0, 1.5);
+  latency.best_p = 0.1;
+  EXPECT_EQ(decide(latency, t), Verdict::kTooFew);
+  // Lower bandwidth is worse.
+  Evidence bw{1e-6, -1.0, 0.5, 1000, 1000, metric_info(kBandwidth), true};
+  EXPECT_EQ(decide(bw, t), Verdict::kRegression);
+}
+
+TEST(CompareRuns, LowerNcclBandwidthIsARegression) {
+  auto run = [](const std::string& dir, double gbps, int seed) {
+    RunData r = synthetic_run(dir, 3000, seed);
+    RunValues bw, share;
+    for (size_t w = 0; w < 20; ++w) {
+      bw.windows.push_back(gbps * (1 + 0.02 * std::cos(static_cast<double>(w + seed))));
+      share.windows.push_back(5);
+    }
+    bw.count = share.count = 400;
+    r.metrics[{"rank:0", "nccl", "ncclAllReduce", std::string(kBandwidth)}] = bw;
+    r.metrics[{"rank:0", "nccl", "ncclAllReduce", std::string(kShare)}] = share;
+    return r;
+  };
+  const Comparison c = compare_runs({run("a", 40, 1)}, {run("b", 20, 2)}, 0.1);
+  ASSERT_EQ(c.regressions.size(), 1u);
+  EXPECT_EQ(c.regressions[0].key.metric, kBandwidth);
+  EXPECT_NEAR(c.regressions[0].ratio, 0.5, 0.03);
+  EXPECT_FALSE(c.regressions[0].time_share.has_value());
+  EXPECT_EQ(format_value(40, "GB/s"), "40.00 GB/s");
+  EXPECT_EQ(format_value(2.5e6, "bytes/s"), "2.4 MiB/s");
 }
 
 }  // namespace
