@@ -26,6 +26,8 @@ packages=(
   python3-sklearn python3-numpy
   # eacgm serve's tests scrape it with a real Prometheus server (tests/bpf/test_serve.py)
   prometheus
+  # eacgm report's pages are opened in a real browser by their test (tests/bpf/test_report.py)
+  chromium
 )
 
 missing=()

@@ -8,11 +8,13 @@
 #include <vector>
 
 #include "cli/numeric_flags.h"
+#include "common/atomic_file.h"
 #include "common/exit_codes.h"
 #include "common/json_text.h"
 #include "compare/compare.h"
 #include "compare/report.h"
 #include "compare/run_data.h"
+#include "report/compare_report.h"
 
 namespace eacgm {
 namespace {
@@ -23,6 +25,7 @@ struct CompareArgs {
   uint64_t min_calls = compare::Thresholds{}.min_calls;
   bool json = false;
   bool all = false;
+  std::string html;  // -o: also the comparison as a page
 };
 
 int run_compare(const CompareArgs& args, const std::vector<std::string>& after, bool separator) {
@@ -73,6 +76,13 @@ int run_compare(const CompareArgs& args, const std::vector<std::string>& after, 
   thresholds.min_calls = args.min_calls;
   const compare::Comparison result = compare::compare_runs(
       base_data, candidate_data, static_cast<double>(window_ns) / 1e9, thresholds);
+  if (!args.html.empty()) {
+    const std::string page = report::compare_report_html(result, base_data, candidate_data);
+    if (auto written = write_file_atomically(args.html, page); !written) {
+      return fail(kExitUsage, written.error().message);
+    }
+    fmt::print(stderr, "eacgm: comparison page written to {}\n", args.html);
+  }
   if (args.json) {
     fmt::print("{}\n", json_text(compare::report_json(result, thresholds, args.all), 2));
   } else {
@@ -93,6 +103,9 @@ void add_compare_command(CLI::App& app, std::function<int()>& run,
                   "session directories: the base run and the candidate run, or the base runs "
                   "(then '--' and the candidate runs)");
   cmd->add_flag("--json", args->json, "print the comparison as JSON");
+  cmd->add_option("-o,--output", args->html,
+                  "also write the comparison as one self-contained HTML page: each change's "
+                  "base and candidate values side by side");
   cmd->add_flag("--all", args->all,
                 "also list every metric that did not change, with its figures and confidence");
   cmd->add_option("--window", args->window_s,

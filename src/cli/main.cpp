@@ -19,6 +19,7 @@
 #include "cli/gmm_command.h"
 #include "cli/merge_command.h"
 #include "cli/numeric_flags.h"
+#include "cli/report_command.h"
 #include "cli/scan_command.h"
 #include "cli/serve_command.h"
 #include "cli/slo_command.h"
@@ -157,6 +158,8 @@ int main(int argc, char** argv) {
   eacgm::add_slo_command(app, run_slo);
   std::function<int()> run_merge;
   eacgm::add_merge_command(app, run_merge);
+  std::function<int()> run_report;
+  eacgm::add_report_command(app, run_report);
   // Everything after the first "--" (below): record's job, compare's candidate sessions.
   std::vector<std::string> job_argv;
   bool separator = false;
@@ -225,6 +228,7 @@ int main(int argc, char** argv) {
   if (run_scan) return run_scan();
   if (run_slo) return run_slo();
   if (run_merge) return run_merge();
+  if (run_report) return run_report();
   if (run_compare) return run_compare();
   if (app.got_subcommand("doctor")) return eacgm::run_doctor(doctor_nvml);
   if (app.got_subcommand("record")) {

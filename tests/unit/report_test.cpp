@@ -1,0 +1,142 @@
+// The HTML page and SVG charts of eacgm report / compare -o, on hand-made data: exact elements
+// for known input, names from a traced process escaped, gaps and outliers handled. The rendered
+// page in a real browser is tests/bpf/test_report.py.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <regex>
+#include <string>
+
+#include "report/html_page.h"
+#include "report/svg_chart.h"
+
+namespace eacgm::report {
+namespace {
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+constexpr double kGap = std::numeric_limits<double>::quiet_NaN();
+
+TEST(ReportHtml, EscapesMarkupQuotesAndControlBytes) {
+  EXPECT_EQ(html_escape("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&#39;");
+  // A name walked from a traced process's memory may hold any byte: control bytes would make
+  // the SVG invalid XML.
+  EXPECT_EQ(html_escape(std::string("x\x01y", 3)), "x\xef\xbf\xbdy");
+  EXPECT_EQ(html_escape("tab\tand\nline"), "tab\tand\nline");
+}
+
+TEST(ReportHtml, TicksAreRoundAndCoverTheRange) {
+  EXPECT_EQ(nice_ticks(0, 7.3, 5), (std::vector<double>{0, 2, 4, 6}));
+  const std::vector<double> fifths = nice_ticks(0, 1, 5);
+  ASSERT_EQ(fifths.size(), 6u);
+  EXPECT_DOUBLE_EQ(fifths[1], 0.2);
+  EXPECT_DOUBLE_EQ(fifths.back(), 1.0);
+  EXPECT_EQ(nice_ticks(100, 350, 5), (std::vector<double>{100, 150, 200, 250, 300, 350}));
+  EXPECT_EQ(nice_ticks(3, 3, 5), (std::vector<double>{3}));  // no range: one tick, no loop
+}
+
+TEST(ReportHtml, LineChartDrawsEachSeriesWithItsGapsAndEveryMarker) {
+  LineChart c;
+  c.title = "calls <per> second";
+  c.series.push_back({"rank 0 <main>", {0, 1, 2, 3, 4}, {1, 2, kGap, 4, 5}});
+  c.series.push_back({"rank 1", {0, 1, 2}, {3, 3, 3}});
+  c.markers.push_back({1.5, "[leak] pid 7: \"grows\""});
+  c.markers.push_back({2.5, "[hang] second"});
+  const std::string svg = line_chart(c);
+  EXPECT_EQ(count(svg, "<g class=\"series\""), 2u);
+  EXPECT_EQ(count(svg, "<g class=\"marker\""), 2u);
+  // The gap breaks the first line in two: two pen-downs.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      svg, m, std::regex("data-series=\"0\"[^>]*><title>[^<]*</title><path d=\"([^\"]*)\"")));
+  EXPECT_EQ(count(m[1].str(), "M"), 2u);
+  EXPECT_EQ(count(m[1].str(), "L"), 2u);
+  // Names are escaped in the series, the legend and the title.
+  EXPECT_EQ(count(svg, "rank 0 &lt;main&gt;"), 2u);
+  EXPECT_NE(svg.find("calls &lt;per&gt; second"), std::string::npos);
+  EXPECT_NE(svg.find("[leak] pid 7: &quot;grows&quot;"), std::string::npos);
+  EXPECT_EQ(svg.find("<main>"), std::string::npos);
+  EXPECT_NE(svg.find("anomaly (2)"), std::string::npos);
+}
+
+TEST(ReportHtml, StepsHoldTheLevelAndLogScaleSkipsZeros) {
+  LineChart c;
+  c.steps = true;
+  c.series.push_back({"memory", {0, 1, 2}, {10, 20, 30}});
+  const std::string steps = line_chart(c);
+  EXPECT_EQ(count(steps, "V"), 2u);  // a level change at each new point
+  LineChart log;
+  log.log_y = true;
+  log.series.push_back({"latency", {0, 1, 2, 3}, {0, 1000, 10000, 0}});
+  const std::string svg = line_chart(log);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(svg, m, std::regex("<path d=\"([^\"]*)\"")));
+  EXPECT_EQ(count(m[1].str(), "M") + count(m[1].str(), "L"), 2u);  // the zeros have no place
+}
+
+TEST(ReportHtml, HeatmapLeavesEmptyCellsBlankAndClipsOutliers) {
+  Heatmap h;
+  h.rows = {"rank 0", "rank 1"};
+  std::vector<double> row0(100, 1.0), row1(100, 2.0);
+  row0[5] = kGap;
+  row1[7] = 1000.0;  // one collective that waited on a page fault
+  h.values = {row0, row1};
+  h.x_first = 0;
+  h.x_last = 100;
+  h.value_label = "later";
+  const std::string svg = heatmap(h);
+  EXPECT_EQ(count(svg, "<g class=\"heat-row\""), 2u);
+  EXPECT_EQ(count(svg, "<rect x="), 199u + 1u);  // every cell but the gap, and the scale's bar
+  // The scale tops at the 99th percentile, and says that larger values exist.
+  EXPECT_NE(svg.find("≥ 2"), std::string::npos);
+}
+
+TEST(ReportHtml, DistributionsDrawABoxAMedianAndEveryValue) {
+  const std::string svg = distributions(
+      "latency", {{"base", {1, 2, 3, 4, 5}}, {"candidate", {10, 11, 12}}}, unit_formatter("ns"));
+  EXPECT_EQ(count(svg, "<g class=\"distribution\""), 2u);
+  EXPECT_EQ(count(svg, "<circle"), 8u);
+  EXPECT_NE(svg.find("base: 5 values, median 3 ns, quartiles 2 ns to 4 ns"), std::string::npos);
+  EXPECT_NE(svg.find("candidate: 3 values, median 11 ns"), std::string::npos);
+  // Thousands of windows: a dot for every few, not a page of megabytes.
+  const std::string many = distributions("x", {{"base", std::vector<double>(4000, 1.0)}}, {});
+  EXPECT_LE(count(many, "<circle"), 400u);
+}
+
+TEST(ReportHtml, TablesCarrySortValuesAndBars) {
+  Table t{{"API", "calls"}, {}, {}, "apis"};
+  t.rows.push_back({text_cell("cudaMalloc<int>"), number_cell("1,200", 1200)});
+  t.rows.push_back({text_cell("cudaFree"), number_cell("600", 600)});
+  t.bars = {2.0, 1.0};
+  const std::string html = table_html(t);
+  EXPECT_NE(html.find("<table class=\"sortable apis\">"), std::string::npos);
+  EXPECT_NE(html.find("data-value=\"1200\""), std::string::npos);
+  EXPECT_NE(html.find("width:100.0%"), std::string::npos);
+  EXPECT_NE(html.find("width:50.0%"), std::string::npos);
+  EXPECT_NE(html.find("cudaMalloc&lt;int&gt;"), std::string::npos);
+}
+
+TEST(ReportHtml, PageIsSelfContainedWithSectionsInOrder) {
+  HtmlPage page("eacgm report: <run>");
+  page.add_fact("session", "run1");
+  page.add_section("b", "Second <thing>", "<p>two</p>");
+  page.add_section("a", "First", "<p>one</p>");
+  const std::string html = page.render();
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_LT(html.find("<section id=\"b\">"), html.find("<section id=\"a\">"));
+  EXPECT_NE(html.find("<h2>Second &lt;thing&gt;</h2>"), std::string::npos);
+  EXPECT_NE(html.find("<title>eacgm report: &lt;run&gt;</title>"), std::string::npos);
+  // Nothing is fetched: no external script, style sheet or image.
+  EXPECT_EQ(html.find(" src="), std::string::npos);
+  EXPECT_EQ(html.find("<link"), std::string::npos);
+  EXPECT_EQ(count(html, "data-ready"), 0u);  // set by the script, not written
+  EXPECT_EQ(count(html, "dataset.ready = \"yes\""), 1u);
+}
+
+}  // namespace
+}  // namespace eacgm::report
