@@ -119,10 +119,13 @@ std::optional<Anomaly> LeakDetector::judge(uint32_t pid, const History& h, const
                 {"segment_floors_bytes", f},    {"rising_segments", rises},
                 {"outstanding_bytes", h.last},  {"peak_bytes", h.peak},
                 {"window_s", seconds}};
+  // A fast leak in a short job grows over milliseconds: "over 0.0 s" would say nothing.
+  const std::string over =
+      seconds < 1 ? fmt::format("{:.0f} ms", seconds * 1e3) : fmt::format("{:.1f} s", seconds);
   a.message = fmt::format(
-      "pid {}: device memory that is never freed grows by {:.1f} MiB/s ({:.1f} MiB over {:.1f} s; "
+      "pid {}: device memory that is never freed grows by {:.1f} MiB/s ({:.1f} MiB over {}; "
       "its floor rose in {} of {} intervals)",
-      pid, growth / seconds / 1048576.0, growth / 1048576.0, seconds, rises, f.size() - 1);
+      pid, growth / seconds / 1048576.0, growth / 1048576.0, over, rises, f.size() - 1);
   a.suggestion =
       "compare the cudaMalloc and cudaFree call sites: the allocations still outstanding are in "
       "events.sqlite (cudaMalloc rows whose devPtr no cudaFree released); look for tensors kept "
