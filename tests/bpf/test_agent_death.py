@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from eacgm_testlib import EACGM, EacgmTest, main, require_root  # noqa: E402

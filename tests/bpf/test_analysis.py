@@ -6,14 +6,13 @@ either command is a clear error with exit code 2."""
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import eacgm_testlib  # noqa: E402
-from eacgm_testlib import EACGM, SIMTRAIN, EacgmTest, require_root  # noqa: E402
+from eacgm_testlib import EACGM, SIMTRAIN, EacgmTest  # noqa: E402
 
 # About 4.1 ms per step: 4000 steps last ~17 s, i.e. a setup second, 10 warm-up windows, then
 # scored windows.

@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 import textwrap
-import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import eacgm_testlib  # noqa: E402

@@ -13,7 +13,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
@@ -67,14 +66,14 @@ def table_rows(html, css_class):
     return rows
 
 
-class Report(unittest.TestCase):
+class Report(eacgm_testlib.SharedRecordingsTest):
+    shared_prefix = "eacgm-report-"
+
     @classmethod
     def setUpClass(cls):
-        if os.geteuid() != 0:
-            raise unittest.SkipTest("needs root to load BPF programs")
         if CHROMIUM is None:
             raise unittest.SkipTest("needs Debian's chromium (scripts/install-deps.sh installs it)")
-        cls.tmp = tempfile.mkdtemp(prefix="eacgm-report-")
+        super().setUpClass()
         env = dict(os.environ, SIMGPU_DEVICE_COUNT="2",
                    SIMGPU_RULES="nvml set temperature 71; nvml set power 250.5")
         for var in ("SIMGPU_SCRIPT", "SIMGPU_DISABLE", "RANK", "LOCAL_RANK"):
@@ -91,19 +90,15 @@ class Report(unittest.TestCase):
                               dict(os.environ, SIMGPU_RULES="latency cudaLaunchKernel 4500ns"))
 
     @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    @classmethod
     def record(cls, name, job, flags, env=None):
-        out = os.path.join(cls.tmp, name)
+        out = os.path.join(cls.shared, name)
         proc = run(EACGM, "record", "-q", "-o", out, *flags, "--", *job, env=env)
         assert proc.returncode == 0, proc.stderr[-3000:]
         with open(os.path.join(out, "summary.json")) as f:
             return out, json.load(f)
 
     def report(self, session, name):
-        page = os.path.join(self.tmp, name)
+        page = os.path.join(self.shared, name)
         proc = run(EACGM, "report", session, "-o", page)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertIn(page, proc.stdout)
@@ -181,7 +176,7 @@ class Report(unittest.TestCase):
         self.assertEqual(apis["ncclAllReduce"][2], str(RANKS * 300))
 
         # A screenshot, for the docs and for a person reading the CI log.
-        shot_dir = os.environ.get("EACGM_REPORT_SCREENSHOT_DIR", self.tmp)
+        shot_dir = os.environ.get("EACGM_REPORT_SCREENSHOT_DIR", self.shared)
         os.makedirs(shot_dir, exist_ok=True)
         shot = os.path.join(shot_dir, "report.png")
         proc = run(CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
@@ -231,7 +226,7 @@ class Report(unittest.TestCase):
         self.assertRegex(dom, r'<html[^>]*data-script-errors="1"')
 
     def test_compare_page_shows_both_distributions(self):
-        page = os.path.join(self.tmp, "compare.html")
+        page = os.path.join(self.shared, "compare.html")
         proc = run(EACGM, "compare", "-o", page, self.base[0], self.slow[0])
         self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)  # a regression
         self.assertIn(page, proc.stdout + proc.stderr)
@@ -253,16 +248,16 @@ class Report(unittest.TestCase):
         self.assertGreater(len(re.findall(r"<circle", launch)), 20)
 
     def test_bad_input_is_one_line_and_writes_nothing(self):
-        page = os.path.join(self.tmp, "none.html")
-        proc = run(EACGM, "report", self.tmp, "-o", page)
+        page = os.path.join(self.shared, "none.html")
+        proc = run(EACGM, "report", self.shared, "-o", page)
         self.assertEqual(proc.returncode, 2)
         self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
         self.assertIn("not a session directory", proc.stderr)
         self.assertFalse(os.path.exists(page))
-        proc = run(EACGM, "report", self.leak[0], "-o", os.path.join(self.tmp, "no", "dir.html"))
+        proc = run(EACGM, "report", self.leak[0], "-o", os.path.join(self.shared, "no", "dir.html"))
         self.assertEqual(proc.returncode, 2)
         self.assertIn("cannot write", proc.stderr)
-        proc = run(EACGM, "compare", "-o", os.path.join(self.tmp, "no", "c.html"), self.base[0],
+        proc = run(EACGM, "compare", "-o", os.path.join(self.shared, "no", "c.html"), self.base[0],
                    self.slow[0])
         self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
         self.assertIn("cannot write", proc.stderr)

@@ -19,7 +19,6 @@ import socket
 import subprocess
 import sys
 import time
-import unittest
 import urllib.parse
 import urllib.request
 import uuid

@@ -8,7 +8,6 @@ aten::t and aten::addmm; aten::softmax (softmax.int) calls aten::_softmax."""
 import os
 import subprocess
 import sys
-import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import eacgm_testlib  # noqa: E402

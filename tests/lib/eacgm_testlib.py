@@ -4,7 +4,6 @@ CTest sets (see tests/CMakeLists.txt)."""
 import json
 import os
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -100,6 +99,22 @@ class Session:
             if p["pid"] == pid:
                 return p
         raise AssertionError(f"pid {pid} not in summary: {self.summary['processes']}")
+
+
+class SharedRecordingsTest(unittest.TestCase):
+    """Tests that share recordings made once, as root, in setUpClass: a subclass's setUpClass
+    calls this one first, then records into `cls.shared`, which is removed after the last test."""
+    shared_prefix = "eacgm-shared-"
+
+    @classmethod
+    def setUpClass(cls):
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("needs root to load BPF programs")
+        cls.shared = tempfile.mkdtemp(prefix=cls.shared_prefix)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.shared, ignore_errors=True)
 
 
 class EacgmTest(unittest.TestCase):
