@@ -584,6 +584,7 @@ std::vector<std::string> Recorder::finish_sinks() {
   }
   if (layers_.contains(Layer::kNccl)) {
     session_.layers[Layer::kNccl].extra["ranks"] = collectives_.rank_figures();
+    session_.layers[Layer::kNccl].extra["open_collectives"] = collectives_.open_collectives();
   }
   if (layers_.contains(Layer::kOs)) {
     for (Anomaly& a : os_.take_anomalies()) report(std::move(a));

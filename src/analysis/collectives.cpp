@@ -484,12 +484,35 @@ std::optional<Anomaly> CollectiveTracker::straggler_over(const std::string& comm
   return a;
 }
 
+std::map<std::string, uint64_t> CollectiveTracker::newest_completed() const {
+  std::map<std::string, uint64_t> out;
+  for (const auto& [key, stats] : ranks_) {
+    if (!stats.last_completed) continue;
+    uint64_t& newest = out[key.first];
+    newest = std::max(newest, stats.last_completed->first);
+  }
+  return out;
+}
+
 std::vector<Anomaly> CollectiveTracker::check(uint64_t now_ns) {
   std::vector<Anomaly> found;
-  for (const auto& [key, pending] : pending_) {
+  const std::map<std::string, uint64_t> completed = newest_completed();
+  for (auto entry = pending_.begin(); entry != pending_.end();) {
+    const auto& [key, pending] = *entry;
     const auto& [comm_id, seq] = key;
+    if (now_ns < pending.first_ns + options_.hang_timeout_ns) {
+      ++entry;
+      continue;
+    }
+    // A rank returned from this collective, or a later one, so every rank entered it: the ranks
+    // this tracker never saw arrive are traced elsewhere (another node's eacgm), not missing.
+    // Long past the time any rank would still arrive, it waits for no one: let it go.
+    if (const auto c = completed.find(comm_id); c != completed.end() && c->second >= seq) {
+      entry = erase_pending(entry);
+      continue;
+    }
+    ++entry;
     if (hang_reported_.contains(comm_id)) continue;
-    if (now_ns < pending.first_ns + options_.hang_timeout_ns) continue;
     std::vector<int> arrived, missing;
     std::vector<uint32_t> waiting_pids;
     for (int r = 0; r < pending.nranks; ++r) {
@@ -638,6 +661,40 @@ void CollectiveTracker::forget_process(uint32_t pid) {
   for (auto& [id, flight] : in_flight_)
     std::erase_if(flight.pids, [pid](const auto& e) { return e.second == pid; });
   std::erase_if(in_flight_, [](const auto& entry) { return entry.second.pids.empty(); });
+}
+
+nlohmann::json CollectiveTracker::open_collectives() const {
+  nlohmann::json out = nlohmann::json::array();
+  const std::map<std::string, uint64_t> completed = newest_completed();
+  const auto add = [&out](const std::string& comm, uint64_t seq, const std::string& name, int rank,
+                          int nranks, uint32_t pid, uint64_t entered_ns) {
+    out.push_back({{"communicator", comm},
+                   {"seq", seq},
+                   {"collective", name},
+                   {"rank", rank},
+                   {"nranks", nranks},
+                   {"pid", pid},
+                   {"entered_ns", entered_ns}});
+  };
+  for (const auto& [key, pending] : pending_) {
+    if (key.first == kAssumedWorldComm) continue;
+    // Returned on some rank (check() lets such collectives go only after the hang timeout).
+    if (const auto c = completed.find(key.first); c != completed.end() && c->second >= key.second) {
+      continue;
+    }
+    for (const auto& [rank, a] : pending.arrivals) {
+      add(key.first, key.second, pending.name, rank, pending.nranks, a.pid, a.ts_ns);
+    }
+  }
+  for (const auto& [comm, flight] : in_flight_) {
+    if (comm == kAssumedWorldComm) continue;
+    // Every rank is inside: when each entered is no longer kept, only when the last one did.
+    for (const auto& [rank, pid] : flight.pids) {
+      add(comm, flight.seq, flight.name, rank, static_cast<int>(flight.pids.size()), pid,
+          flight.all_in_ns);
+    }
+  }
+  return out;
 }
 
 CollectiveTracker::Footprint CollectiveTracker::footprint() const {

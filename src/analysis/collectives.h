@@ -101,6 +101,13 @@ class CollectiveTracker {
   std::vector<HangResolution> take_resolutions() { return std::exchange(resolutions_, {}); }
   // Per-rank figures for summary.json: layers.nccl.ranks.
   nlohmann::json rank_figures() const;
+  // The collectives ranks have entered and not returned from, as of now (waiting for other ranks,
+  // or all inside and none out), for summary.json layers.nccl.open_collectives: the database
+  // holds only calls that returned, and `eacgm merge` replays these so that a hang across nodes
+  // (one node's ranks inside a collective another node's never entered) is judged on the whole
+  // job. Numbered communicators only: the assumed world's numbers differ from session to session.
+  // Each: communicator, seq, collective, rank, nranks, pid, entered_ns (the node's clock).
+  nlohmann::json open_collectives() const;
 
   // Seconds are counted from here in anomalies.
   void set_session_start(uint64_t start_ns) { session_start_ns_ = start_ns; }
@@ -202,6 +209,8 @@ class CollectiveTracker {
                 uint64_t duration_ns, uint64_t bytes, bool failed);
   void settle(const std::string& comm_id, uint64_t seq, Pending& pending);
   PendingMap::iterator erase_pending(PendingMap::iterator it);  // keeps the count per comm
+  // Per communicator, the highest sequence number any rank has returned from.
+  std::map<std::string, uint64_t> newest_completed() const;
   std::optional<Anomaly> straggler_in(const std::string& comm_id);
   // The straggler test on the most recent `n` collectives of one rank.
   std::optional<Anomaly> straggler_over(const std::string& comm_id, int rank,

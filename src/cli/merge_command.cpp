@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 
+#include "cli/numeric_flags.h"
 #include "common/exit_codes.h"
 #include "common/json_text.h"
 #include "merge/session_merge.h"
@@ -60,6 +61,15 @@ int run_merge(const MergeArgs& args) {
         "ms); clock drift during the sessions, or sessions of different jobs\n",
         nccl["not_overlapping"].get<uint64_t>(), nccl["worst_gap_ns"].get<double>() / 1e6);
   }
+  // The verdicts on the whole job: a straggler or a hang named with the node its rank ran on.
+  for (const auto& a : nccl["anomalies"]) {
+    const std::string node = a.value("node", nlohmann::json()).is_string()
+                                 ? fmt::format(" [node {}]", a["node"].get<std::string>())
+                                 : "";
+    fmt::print("anomaly [{}]{}: {}\n", a["kind"].get<std::string>(), node,
+               a["message"].get<std::string>());
+  }
+  if (nccl.contains("hangs_note")) fmt::print("note: {}\n", nccl["hangs_note"].get<std::string>());
   return aligned ? 0 : 1;
 }
 
@@ -77,6 +87,12 @@ void add_merge_command(CLI::App& app, std::function<int()>& run) {
       ->add_option("--reference", args->options.reference,
                    "whose clock the merged session keeps: its index among the sessions")
       ->capture_default_str();
+  merge
+      ->add_option("--hang-timeout", args->options.hang_timeout_s,
+                   "seconds a collective may wait for missing ranks, or every rank inside it, "
+                   "before the recordings ended, before it is a hang (as record's)")
+      ->capture_default_str()
+      ->check(bounded(kMinHangTimeoutS, kMaxHangTimeoutS, "seconds"));
   merge->add_flag("--json", args->json, "print the merged summary as JSON");
   merge->callback([args, &run] { run = [args] { return run_merge(*args); }; });
 }

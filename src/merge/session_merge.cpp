@@ -13,6 +13,7 @@
 
 #include "analysis/collectives.h"
 #include "analysis/session_db.h"
+#include "common/json_fields.h"
 #include "common/json_text.h"
 #include "common/sqlite_handles.h"
 #include "merge/clock_alignment.h"
@@ -31,11 +32,22 @@ bool is_instant(const std::string& column) {
 
 std::string quoted(const std::string& name) { return "\"" + name + "\""; }
 
+// A collective a rank entered and had not returned from when its node's recording ended
+// (summary.json layers.nccl.open_collectives): the database holds only calls that returned.
+struct OpenEntry {
+  CollectiveRef ref;
+  uint32_t pid = 0;
+  std::string name;
+  uint64_t entered_ns = 0;  // the node's own clock
+};
+
 struct Source {
   std::string dir;
   std::string node;  // the directory's name: which node recorded it
   std::map<std::string, std::string> meta;
   SessionClock clock;
+  std::vector<OpenEntry> open;
+  bool has_open_collectives = false;  // its summary lists them (none open is an empty list)
 };
 
 Result<Source> read_source(const std::string& dir) {
@@ -64,6 +76,22 @@ Result<Source> read_source(const std::string& dir) {
                     path)};
   }
   s.clock.realtime_offset_ns = std::stoll(s.meta["realtime_offset_ns"]);
+  // A crashed recorder's session has no summary, and sessions of an older eacgm no open
+  // collectives: then hangs across nodes are not judged (the merged summary says so).
+  std::ifstream summary_file(fs::path(dir) / "summary.json");
+  const nlohmann::json summary =
+      nlohmann::json::parse(summary_file, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json nccl = json_object(json_object(summary, "layers"), "nccl");
+  s.has_open_collectives = nccl.contains("open_collectives");
+  for (const nlohmann::json& e : json_array(nccl, "open_collectives")) {
+    OpenEntry o;
+    o.ref = {json_string(e, "communicator"), json_number<uint64_t>(e, "seq"),
+             json_number<int>(e, "rank", -1), json_number<int>(e, "nranks")};
+    o.pid = json_number<uint32_t>(e, "pid");
+    o.name = json_string(e, "collective");
+    o.entered_ns = json_number<uint64_t>(e, "entered_ns");
+    if (!o.ref.comm_id.empty() && o.ref.rank >= 0 && o.ref.nranks > 0) s.open.push_back(o);
+  }
   // Communicators assumed after attach ("world") are numbered from wherever each session began:
   // their numbers are not comparable across sessions.
   auto spans =
@@ -148,9 +176,14 @@ Result<void> copy_tables(sqlite3* db, size_t index, const Source& source, int64_
 }
 
 // Whether each collective seen by two or more sessions overlaps on every pair of its ranks now;
-// and the cross-rank analysis of `record` (collectives.h) on the merged job: each rank's lateness,
-// and the straggler, on one clock.
-Result<nlohmann::json> analyse_collectives(sqlite3* db, uint64_t session_start_ns) {
+// and the cross-rank analysis of `record` (collectives.h) on the merged job, on one clock: each
+// rank's lateness, the straggler, and hangs: the collectives ranks were still inside when their
+// node's recording ended (`open`, shifted onto the merged clock) are arrivals without a return,
+// judged as of `end_ns`, the merged session's end.
+Result<nlohmann::json> analyse_collectives(sqlite3* db, uint64_t session_start_ns, uint64_t end_ns,
+                                           const std::vector<std::pair<size_t, OpenEntry>>& open,
+                                           const std::vector<Source>& sources,
+                                           uint64_t hang_timeout_ns) {
   auto spans =
       sqlite_rows(db,
                   "SELECT k.comm, k.seq, k.rank, k.nranks, k.session, k.node, c.pid, c.name, "
@@ -216,8 +249,27 @@ Result<nlohmann::json> analyse_collectives(sqlite3* db, uint64_t session_start_n
     events.push_back({c.start + c.duration, true, &c});
     where[{c.ref.comm_id, c.ref.rank}] = &c;
   }
+  std::vector<Call> entered;  // never returned
+  entered.reserve(open.size());
+  for (const auto& [session, o] : open) {
+    entered.push_back({.ref = o.ref,
+                       .session = session,
+                       .node = sources[session].node,
+                       .pid = o.pid,
+                       .name = o.name,
+                       .start = o.entered_ns,
+                       .duration = 0,
+                       .bytes = 0,
+                       .failed = false});
+  }
+  for (const Call& c : entered) {
+    events.push_back({c.start, false, &c});
+    where.try_emplace({c.ref.comm_id, c.ref.rank}, &c);
+  }
   std::ranges::stable_sort(events, [](const Event& a, const Event& b) { return a.ts < b.ts; });
-  CollectiveTracker tracker(CollectiveTracker::Options{});
+  CollectiveTracker::Options tracker_options;
+  tracker_options.hang_timeout_ns = hang_timeout_ns;
+  CollectiveTracker tracker(tracker_options);
   tracker.set_session_start(session_start_ns);
   for (const Event& e : events) {
     const Call& c = *e.call;
@@ -238,12 +290,9 @@ Result<nlohmann::json> analyse_collectives(sqlite3* db, uint64_t session_start_n
     r["session"] = session;
     r["node"] = node;
   }
-  // Stragglers only: collectives are rows once they returned, so a hang (a collective some rank
-  // never returned from) is not in the database; each node's own summary has its hangs.
   nlohmann::json anomalies = nlohmann::json::array();
-  const uint64_t last = events.empty() ? 0 : events.back().ts;
+  const uint64_t last = std::max(end_ns, events.empty() ? 0 : events.back().ts);
   for (const Anomaly& a : tracker.check(last)) {
-    if (a.kind != "straggler") continue;
     nlohmann::json j = {{"kind", a.kind},
                         {"rank", a.rank ? nlohmann::json(*a.rank) : nullptr},
                         {"pid", a.pid ? nlohmann::json(*a.pid) : nullptr},
@@ -339,9 +388,29 @@ Result<nlohmann::json> write_merged(const std::vector<Source>& sources,
     }
     if (sqlite3_step(insert.stmt) != SQLITE_DONE) return Error{sqlite3_errmsg(db.db)};
   }
+  // The collectives still open when each node stopped recording, on the merged clock.
+  std::vector<std::pair<size_t, OpenEntry>> open;
+  bool hangs_judged = true;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    hangs_judged = hangs_judged && sources[i].has_open_collectives;
+    for (OpenEntry o : sources[i].open) {
+      o.entered_ns = static_cast<uint64_t>(static_cast<int64_t>(o.entered_ns) + shifts[i].shift_ns);
+      open.emplace_back(i, std::move(o));
+    }
+  }
   auto check = analyse_collectives(
-      db.db, start == std::numeric_limits<int64_t>::max() ? 0 : static_cast<uint64_t>(start));
+      db.db, start == std::numeric_limits<int64_t>::max() ? 0 : static_cast<uint64_t>(start),
+      end == std::numeric_limits<int64_t>::min() ? 0 : static_cast<uint64_t>(end), open, sources,
+      static_cast<uint64_t>(options.hang_timeout_s * 1e9));
   if (!check) return Error{fmt::format("{}: {}", path, check.error().message)};
+  (*check)["open_collectives"] = open.size();
+  (*check)["hangs_judged"] = hangs_judged;
+  if (!hangs_judged) {
+    (*check)["hangs_note"] =
+        "a session has no summary.json or no layers.nccl.open_collectives (a crashed recorder, "
+        "an older eacgm, or no nccl layer): hangs across nodes are not judged; each node's own "
+        "summary has the hangs it saw";
+  }
   if (auto r = sqlite_exec(
           db.db,
           "CREATE INDEX IF NOT EXISTS calls_by_name ON calls(name);"

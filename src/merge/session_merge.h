@@ -7,7 +7,8 @@
 // equal; instants (`start_ns`, `end_ns`, `ts_ns`) are shifted, durations are not, and ids are
 // renumbered so that `collectives.call_id` still names its call. summary.json says how each
 // session was aligned, the error left, and whether every collective now overlaps on every pair of
-// ranks, with record's cross-rank analysis of the merged job; trace.perfetto-trace is one
+// ranks, with record's cross-rank analysis of the merged job (stragglers, and hangs across nodes
+// from the collectives each node's summary lists as still open); trace.perfetto-trace is one
 // timeline of every node (merge/merged_trace.h).
 #pragma once
 
@@ -24,6 +25,9 @@ struct MergeOptions {
   std::vector<std::string> sessions;
   std::string out_dir;
   size_t reference = 0;  // whose clock the merged session keeps
+  // A collective some ranks entered and others never did, or that every rank was inside, for this
+  // long before the recordings ended is a hang (record's --hang-timeout, and its default).
+  double hang_timeout_s = 3.0;
 };
 
 // The merged summary (also written to out_dir/summary.json). Errors name the session or file and

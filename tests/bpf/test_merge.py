@@ -8,11 +8,13 @@ import collections
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
@@ -127,6 +129,8 @@ class Merge(unittest.TestCase):
                           for a in nccl["anomalies"]], [("straggler", 3, "node-b", 1)],
                          nccl["anomalies"])
         self.assertEqual(nccl["anomalies"][0]["pid"], ranks[3]["pid"])
+        # The job ended: no collective was left open, and hangs were judged (none).
+        self.assertEqual((nccl["open_collectives"], nccl["hangs_judged"]), (0, True))
 
         # One timeline: each process under its node's name, and each collective linked across the
         # ranks of both nodes by one flow, on the merged clock.
@@ -177,6 +181,80 @@ class Merge(unittest.TestCase):
         r = eacgm("merge", *self.nodes, "-o", self.out("z"), "--reference", "2")
         self.assertEqual(r.returncode, 2)
         self.assertIn("--reference 2 names no session: there are 2", r.stderr)
+
+
+class MergeHang(eacgm_testlib.SharedRecordingsTest):
+    """A hang across nodes: node B's ranks (2 and 3) stop before their 10th step's all-reduce,
+    while node A's ranks enter it and wait. Node A's own session sees ranks it does not trace
+    missing; node B's sees nothing wrong (its ranks are in no collective). Merged, the hang is
+    named on the whole job: the all-reduce node A's ranks wait in, ranks 2 and 3 missing, rank
+    2 named with its node and its last completed collective."""
+
+    HANG_STEP = 10
+    shared_prefix = "eacgm-merge-hang-"
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        nccl_id = subprocess.run([SIMNCCL_JOB, "--print-id"], capture_output=True, text=True,
+                                 check=True).stdout.strip()
+        cls.nodes = [os.path.join(cls.shared, name) for name in ("node-a", "node-b")]
+        procs = [subprocess.Popen(
+            [EACGM, "record", "-q", "-o", cls.nodes[k], "--layers", "cuda,nccl", "--",
+             SIMNCCL_JOB, "--ranks", "4", "--nnodes", "2", "--node-rank", str(k), "--nccl-id",
+             nccl_id, "--steps", "40", "--hang-rank", "2,3", "--hang-step", str(cls.HANG_STEP)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in (0, 1)]
+        # Node A's own recorder names the hang after its --hang-timeout (3 s): then the wait has
+        # lasted long enough for the merge's too. Both recorders are stopped as a user would.
+        deadline = time.monotonic() + 30
+        seen = ""
+        while "anomaly [hang]" not in seen and time.monotonic() < deadline:
+            line = procs[0].stderr.readline()
+            if not line:
+                break
+            seen += line
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+        cls.outputs = [p.communicate(timeout=60) for p in procs]
+        assert "anomaly [hang]" in seen, seen + cls.outputs[0][1]
+
+    def test_the_hang_is_named_on_the_whole_job(self):
+        summaries = []
+        for node in self.nodes:
+            with open(os.path.join(node, "summary.json")) as f:
+                summaries.append(json.load(f))
+        # Node A: its two ranks wait in the all-reduce; node B: nothing open, no hang.
+        open_a = summaries[0]["layers"]["nccl"]["open_collectives"]
+        self.assertEqual(sorted(e["rank"] for e in open_a), [0, 1], open_a)
+        self.assertEqual({(e["collective"], e["nranks"]) for e in open_a}, {("ncclAllReduce", 4)})
+        self.assertEqual(summaries[1]["layers"]["nccl"]["open_collectives"], [])
+        self.assertNotIn("hang", [a["kind"] for a in summaries[1]["anomalies"]])
+
+        out = os.path.join(self.shared, "merged")
+        r = eacgm("merge", *self.nodes, "-o", out, "--json")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        nccl = json.loads(r.stdout)["nccl"]
+        self.assertEqual((nccl["open_collectives"], nccl["hangs_judged"]), (2, True))
+        hangs = [a for a in nccl["anomalies"] if a["kind"] == "hang"]
+        self.assertEqual(len(hangs), 1, nccl["anomalies"])
+        hang = hangs[0]
+        self.assertEqual((hang["rank"], hang["node"], hang["session"]), (2, "node-b", 1))
+        self.assertEqual(hang["evidence"]["waiting_ranks"], [0, 1])
+        self.assertEqual(hang["evidence"]["missing_ranks"], [2, 3])
+        self.assertEqual(hang["evidence"]["seq"], open_a[0]["seq"])
+        # Ranks 2 and 3 completed every collective before the one they never entered.
+        for rank in ("2", "3"):
+            self.assertEqual(hang["evidence"]["last_completed"][rank]["seq"],
+                             open_a[0]["seq"] - 1)
+        self.assertGreaterEqual(hang["evidence"]["waiting_s"], 3.0)
+
+        text = eacgm("merge", *self.nodes, "-o", os.path.join(self.shared, "merged-text"))
+        self.assertIn("anomaly [hang] [node node-b]: ncclAllReduce", text.stdout)
+        # A longer timeout than the wait lasted: no hang.
+        longer = eacgm("merge", *self.nodes, "-o", os.path.join(self.shared, "merged-long"),
+                       "--hang-timeout", "600", "--json")
+        self.assertEqual([a["kind"] for a in json.loads(longer.stdout)["nccl"]["anomalies"]
+                          if a["kind"] == "hang"], [])
 
 
 if __name__ == "__main__":

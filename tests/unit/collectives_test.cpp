@@ -702,5 +702,99 @@ TEST(Collectives, ReplayedCollectivesGetTheSameVerdicts) {
   EXPECT_EQ(figures[0]["arrived_last"], 0);
 }
 
+// One node of a job that spans two: this tracker sees ranks 0 and 1 of 4; ranks 2 and 3 run (and
+// are traced) elsewhere. Collectives its ranks return from are not waiting for anyone, however
+// long the job runs; one they enter and never return from is a hang naming the ranks not here.
+TEST(Collectives, RanksTracedOnAnotherNodeAreNotMissing) {
+  CollectiveTracker::Options options;
+  options.hang_timeout_ns = 3'000'000'000;
+  CollectiveTracker tracker(options);
+  const std::string comm = "0123456789abcdef0123456789abcdef";
+  constexpr uint64_t kStep = 10'000'000;
+  for (uint64_t seq = 1; seq <= 1000; ++seq) {
+    for (int rank = 0; rank < 2; ++rank) {
+      tracker.replay_begin({comm, seq, rank, 4}, 100 + rank, "ncclAllReduce", seq * kStep + rank);
+    }
+    for (int rank = 0; rank < 2; ++rank) {
+      tracker.replay_end({comm, seq, rank, 4}, 100 + rank, "ncclAllReduce", seq * kStep + 5000,
+                         4000, 64, false);
+    }
+    EXPECT_TRUE(tracker.check(seq * kStep + 6000).empty()) << seq;
+  }
+  // Ten seconds of collectives that returned: none waits for anyone, none is kept past the
+  // timeout, and none is open.
+  EXPECT_LE(tracker.footprint().pending, 301u);
+  EXPECT_TRUE(tracker.open_collectives().empty());
+  // Ranks 0 and 1 enter #1001; 2 and 3 never do (on the other node).
+  tracker.replay_begin({comm, 1001, 0, 4}, 100, "ncclAllReduce", 1001 * kStep);
+  tracker.replay_begin({comm, 1001, 1, 4}, 101, "ncclAllReduce", 1001 * kStep + 1);
+  EXPECT_TRUE(tracker.check(1001 * kStep + 2'000'000'000).empty());
+  const std::vector<Anomaly> hang = tracker.check(1001 * kStep + 3'000'000'000);
+  ASSERT_EQ(hang.size(), 1u);
+  EXPECT_EQ(hang[0].kind, "hang");
+  EXPECT_EQ(hang[0].evidence["seq"], 1001);
+  EXPECT_EQ(hang[0].evidence["missing_ranks"], nlohmann::json({2, 3}));
+  EXPECT_EQ(tracker.open_collectives().size(), 2u);
+}
+
+// What summary.json lists as still open when a recording ends: the ranks waiting in a collective
+// others never entered, and every rank inside one none returned from; not the assumed world
+// communicator, whose numbers mean nothing to another session.
+TEST(Collectives, OpenCollectivesAreTheEntriesWithoutAReturn) {
+  CollectiveTracker tracker(CollectiveTracker::Options{});
+  const std::string a = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", b = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+  for (int rank = 0; rank < 4; ++rank) {
+    tracker.replay_begin({a, 1, rank, 4}, 100 + rank, "ncclAllReduce", 1000 + rank);
+    tracker.replay_end({a, 1, rank, 4}, 100 + rank, "ncclAllReduce", 5000, 4000, 64, false);
+  }
+  // Ranks 0 and 1 wait in #2 for ranks 2 and 3, which never come.
+  tracker.replay_begin({a, 2, 0, 4}, 100, "ncclAllReduce", 9000);
+  tracker.replay_begin({a, 2, 1, 4}, 101, "ncclAllReduce", 9500);
+  // Both ranks of b are inside #7, the last since 20000.
+  tracker.replay_begin({b, 7, 0, 2}, 100, "ncclBroadcast", 19000);
+  tracker.replay_begin({b, 7, 1, 2}, 101, "ncclBroadcast", 20000);
+  tracker.replay_begin({std::string(kAssumedWorldComm), 3, 0, 2}, 100, "ncclAllReduce", 30000);
+
+  const nlohmann::json open = tracker.open_collectives();
+  ASSERT_EQ(open.size(), 4u) << open.dump();
+  EXPECT_EQ(open[0], (nlohmann::json{{"communicator", a},
+                                     {"seq", 2},
+                                     {"collective", "ncclAllReduce"},
+                                     {"rank", 0},
+                                     {"nranks", 4},
+                                     {"pid", 100},
+                                     {"entered_ns", 9000}}));
+  EXPECT_EQ(open[1]["rank"], 1);
+  EXPECT_EQ(open[1]["entered_ns"], 9500);
+  EXPECT_EQ(open[2]["communicator"], b);
+  EXPECT_EQ(open[2]["seq"], 7);
+  EXPECT_EQ(open[2]["entered_ns"], 20000);  // all inside since the last one entered
+  EXPECT_EQ(open[3]["rank"], 1);
+  EXPECT_EQ(open[3]["nranks"], 2);
+
+  // Replayed into a tracker that also saw ranks 2 and 3 stop after #1 (another node), the wait
+  // is a hang naming them.
+  CollectiveTracker::Options options;
+  options.hang_timeout_ns = 3'000'000'000;
+  CollectiveTracker merged(options);
+  for (int rank = 0; rank < 4; ++rank) {
+    merged.replay_begin({a, 1, rank, 4}, 100 + rank, "ncclAllReduce", 1000 + rank);
+    merged.replay_end({a, 1, rank, 4}, 100 + rank, "ncclAllReduce", 5000, 4000, 64, false);
+  }
+  for (const nlohmann::json& e : open) {
+    if (e["communicator"] != a) continue;
+    merged.replay_begin({a, e["seq"].get<uint64_t>(), e["rank"].get<int>(), e["nranks"].get<int>()},
+                        e["pid"].get<uint32_t>(), "ncclAllReduce", e["entered_ns"].get<uint64_t>());
+  }
+  EXPECT_TRUE(merged.check(9000 + 2'000'000'000).empty());  // not yet for long enough
+  const std::vector<Anomaly> hang = merged.check(9000 + 3'000'000'000);
+  ASSERT_EQ(hang.size(), 1u);
+  EXPECT_EQ(hang[0].kind, "hang");
+  EXPECT_EQ(hang[0].rank, 2);
+  EXPECT_EQ(hang[0].pid, 102u);
+  EXPECT_EQ(hang[0].evidence["missing_ranks"], nlohmann::json({2, 3}));
+  EXPECT_EQ(hang[0].evidence["last_completed"]["2"]["seq"], 1);
+}
+
 }  // namespace
 }  // namespace eacgm
