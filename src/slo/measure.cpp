@@ -36,10 +36,11 @@ const std::vector<LayerKinds>& kinds_that_matter() {
   return kinds;
 }
 
-// A copy of `run` holding only the calls that began in [from_ns, to_ns) and the GPU samples taken
-// then, measured as if the session had lasted that span (compare's windows start at the session's
-// start). The copy's calls name their APIs through the original's interned names: `run` must
-// outlive it. With `summary`, the whole run's summary.json goes along (its counts have no times).
+// A copy of `run` holding only the calls and collective entries that began in [from_ns, to_ns)
+// and the GPU samples taken then, measured as if the session had lasted that span (compare's
+// windows start at the session's start). The copy's calls name their APIs through the original's
+// interned names: `run` must outlive it. With `summary`, the whole run's summary.json goes along
+// (its counts have no times).
 compare::LoadedRun crop(const compare::LoadedRun& run, uint64_t from_ns, uint64_t to_ns,
                         bool summary) {
   const RecordedSession& s = *run.session;
@@ -62,6 +63,11 @@ compare::LoadedRun crop(const compare::LoadedRun& run, uint64_t from_ns, uint64_
   for (const compare::GpuReading& r : run.gpu) {
     if (r.ts_ns >= from_ns && r.ts_ns < to_ns) out.gpu.push_back(r);
   }
+  for (const compare::CollectiveEntry& e : run.collectives) {
+    if (e.start_ns >= from_ns && e.start_ns < to_ns) out.collectives.push_back(e);
+  }
+  // Python's sampled time has no times: the whole run's, like the summary's counts.
+  if (summary) out.python = run.python;
   return out;
 }
 
@@ -166,6 +172,10 @@ Observed observe(const SessionMeasure& m) {
         metric = kGpuUtilization;
       } else if (k.metric == compare::kGpuMemory) {
         metric = kGpuMemory;
+      } else if (k.metric == compare::kLateness) {
+        metric = kCollectiveLateness;
+      } else if (k.metric == compare::kBandwidth) {
+        metric = kNcclBandwidth;
       } else {
         continue;
       }

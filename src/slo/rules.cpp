@@ -157,6 +157,10 @@ std::string render_rules(const Slo& slo, const RulesOptions& options) {
                               "jobs and reads 0 between them");
     } else if (k.metric == kEventRate) {
       comments += unexpressed(o, "serve exports no count of these events");
+    } else if (k.metric == kCollectiveLateness) {
+      comments += unexpressed(o,
+                              "serve exports each rank's wait per collective, not its lateness "
+                              "(eacgm cluster names the straggler across nodes)");
     } else {
       comments += unexpressed(o, "no serve metric");
     }

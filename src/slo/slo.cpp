@@ -202,6 +202,13 @@ std::optional<MetricRule> metric_rule(std::string_view metric) {
   if (metric == kAnomalyRate) {
     return MetricRule{"/s", Bound::kUpper, "anomalies of the whole run per second", 0.5};
   }
+  // Both move with the load of the machine and of the network, as a latency does.
+  if (metric == kCollectiveLateness) {
+    return MetricRule{"ns", Bound::kUpper, "P90 of the windows' median lateness", 0.5};
+  }
+  if (metric == kNcclBandwidth) {
+    return MetricRule{"GB/s", Bound::kLower, "P10 of the windows' median bandwidth", 0.5};
+  }
   return std::nullopt;
 }
 
@@ -279,6 +286,11 @@ Slo fit(const std::vector<Observed>& runs, const FitOptions& options) {
         o.rule += fmt::format(", raised to {} ({} events over the shortest run)",
                               format_value(floor, o.unit), options.min_events);
       }
+    }
+    if (key.metric == kCollectiveLateness && options.min_lateness_ns > o.threshold) {
+      o.threshold = options.min_lateness_ns;
+      o.rule += fmt::format(", raised to {} (below it, lateness is jitter)",
+                            format_value(options.min_lateness_ns, o.unit));
     }
     o.runs = std::move(v.runs);
     o.values = std::move(v.values);

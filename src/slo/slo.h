@@ -44,6 +44,10 @@ inline constexpr std::string_view kGpuUtilization = "utilization";
 inline constexpr std::string_view kGpuMemory = "memory used";
 inline constexpr std::string_view kEventRate = "events/s";
 inline constexpr std::string_view kAnomalyRate = "anomalies/s";
+// NCCL: each rank's lateness into the collectives (compare's, per-window medians) and each
+// collective API's bandwidth (bytes over the time inside the call, per-window medians).
+inline constexpr std::string_view kCollectiveLateness = "collective lateness";
+inline constexpr std::string_view kNcclBandwidth = "bandwidth";
 
 // How each metric is read and judged: unit, bound, the statistic taken from a run, and the
 // tolerance of the margin (fraction of the worst healthy value) unless `--tolerance` says
@@ -96,6 +100,10 @@ struct FitOptions {
   uint64_t min_calls = 100;         // per run and phase, for a p90 latency
   size_t min_windows = 3;           // per run and phase, for a windowed statistic
   uint64_t min_events = 10;         // an event rate's floor: this many over the shortest run
+  // A lateness threshold's floor. Healthy ranks are late by scheduling jitter (microseconds) that
+  // moves with the machine's load; below a millisecond no rank is waited for in a way that costs
+  // a job (the straggler detector's own floor, CollectiveTracker::Options).
+  double min_lateness_ns = 1e6;
 };
 
 struct Objective {

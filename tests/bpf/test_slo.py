@@ -15,7 +15,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import eacgm_testlib  # noqa: E402
-from eacgm_testlib import EACGM, SIM_LIB_DIR, SIMTRAIN  # noqa: E402
+from eacgm_testlib import EACGM, SIM_LIB_DIR, SIMNCCL_JOB, SIMTRAIN  # noqa: E402
 
 # 400 steps of about 3 ms (2 ms of host work each): ~1.3 s a run.
 JOB = ["--ranks", "2", "--steps", "400", "--step-us", "2000"]
@@ -252,6 +252,59 @@ class Slo(unittest.TestCase):
         proc = subprocess.run([PROMTOOL, "test", "rules", test_file], capture_output=True,
                               text=True, timeout=60)
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+
+
+class SloNccl(eacgm_testlib.SharedRecordingsTest):
+    """NCCL objectives on real recordings of the simulated 4-rank job: each rank's collective
+    lateness and each collective's bandwidth are fitted from three healthy runs; a fourth
+    healthy run holds every lateness objective, and a run whose rank 2 is 3 ms late at every
+    step violates rank 2's lateness objective, and no other rank's."""
+    shared_prefix = "eacgm-slo-nccl-"
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.healthy = [cls.record(f"healthy{i}") for i in range(4)]
+        cls.late = cls.record("late", ["--slow-rank", "2", "--slow-ms", "3"])
+        cls.slo = os.path.join(cls.shared, "slo.json")
+        fit = eacgm("slo", "fit", *cls.healthy[:3], "-o", cls.slo)
+        assert fit.returncode == 0, fit.stdout + fit.stderr
+        with open(cls.slo) as f:
+            cls.spec = json.load(f)
+
+    @classmethod
+    def record(cls, name, extra_args=()):
+        out = os.path.join(cls.shared, name)
+        proc = subprocess.run([EACGM, "record", "-q", "-o", out, "--layers", "cuda,nccl", "--",
+                               SIMNCCL_JOB, "--ranks", "4", "--steps", "200", "--step-us", "2000",
+                               *extra_args],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return out
+
+    def lateness_violations(self, session):
+        proc = eacgm("slo", "check", self.slo, session, "--json")
+        self.assertIn(proc.returncode, (0, 1), proc.stdout + proc.stderr)
+        violations = json.loads(proc.stdout)["sessions"][0]["violations"]
+        return sorted(v["id"] for v in violations if "/collective_lateness/" in v["id"])
+
+    def test_fit_has_lateness_and_bandwidth_per_rank(self):
+        ids = {o["id"]: o for o in self.spec["objectives"]}
+        for rank in range(4):
+            late = ids[f"steady/collective_lateness/nccl/all_collectives/rank:{rank}"]
+            self.assertEqual(late["bound"], "upper")
+            # Healthy ranks are late by microseconds: the threshold is the 1 ms floor.
+            self.assertEqual(late["threshold"], 1e6)
+            bandwidth = ids[f"steady/bandwidth/nccl/ncclAllReduce/rank:{rank}"]
+            self.assertEqual(bandwidth["bound"], "lower")
+            self.assertGreater(bandwidth["threshold"], 0)
+
+    def test_healthy_run_holds_every_lateness_objective(self):
+        self.assertEqual(self.lateness_violations(self.healthy[3]), [])
+
+    def test_late_rank_violates_its_own_lateness_objective_alone(self):
+        self.assertEqual(self.lateness_violations(self.late),
+                         ["steady/collective_lateness/nccl/all_collectives/rank:2"])
 
 
 if __name__ == "__main__":

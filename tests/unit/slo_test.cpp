@@ -245,6 +245,62 @@ TEST(SloCheck, HealthyRunsHoldAndChangesViolateByHowMuch) {
   EXPECT_TRUE(j["sessions"][1]["violations"][0]["ratio"].is_null());  // past a threshold of 0
 }
 
+// NCCL: rank 1's lateness (per-window medians, ns) and ncclAllReduce's bandwidth (GB/s) over 20
+// windows, `late_ns` and `gbps` in every window but the last two, which are twice as bad.
+SessionMeasure nccl_run(const std::string& dir, double late_ns, double gbps) {
+  SessionMeasure m = run(dir, 4000);
+  std::vector<double> late(20, late_ns), bandwidth(20, gbps);
+  late[18] = late[19] = 2 * late_ns;
+  bandwidth[18] = bandwidth[19] = gbps / 2;
+  m.steady.metrics[metric("rank:1", "nccl", "all collectives", compare::kLateness)] = {late, 600,
+                                                                                       0};
+  m.steady.metrics[metric("rank:1", "nccl", "ncclAllReduce", compare::kBandwidth)] = {bandwidth,
+                                                                                      500, 0};
+  return m;
+}
+
+TEST(SloFit, NcclLatenessHasAMillisecondFloorAndBandwidthALowerBound) {
+  const Observed o = observe(nccl_run("r", 50e3, 10));
+  // P90 of the windows for the upper bound (the two bad windows are the top tenth), P10 for the
+  // lower one.
+  const auto value = [&o](std::string what, std::string_view metric_name) {
+    return o.values
+        .at({Phase::kSteady, "rank:1", "nccl", std::move(what), std::string(metric_name)})
+        .value;
+  };
+  EXPECT_NEAR(value("all collectives", kCollectiveLateness), 50e3 + 0.1 * 50e3, 1e-6);
+  EXPECT_NEAR(value("ncclAllReduce", kNcclBandwidth), 10 - 0.1 * 5, 1e-9);
+
+  const Slo slo =
+      fit({observe(nccl_run("h1", 50e3, 10)), observe(nccl_run("h2", 40e3, 12))}, options());
+  const Objective* late = find(slo, Phase::kSteady, kCollectiveLateness, "all collectives");
+  ASSERT_NE(late, nullptr);
+  EXPECT_EQ(late->bound, Bound::kUpper);
+  // 55 us + 50 % is 82.5 us: microseconds of jitter, raised to the floor.
+  EXPECT_DOUBLE_EQ(late->threshold, 1e6);
+  EXPECT_NE(late->rule.find("raised to 1.00 ms"), std::string::npos) << late->rule;
+  const Objective* bw = find(slo, Phase::kSteady, kNcclBandwidth, "ncclAllReduce");
+  ASSERT_NE(bw, nullptr);
+  EXPECT_EQ(bw->bound, Bound::kLower);
+  EXPECT_EQ(bw->unit, "GB/s");
+  EXPECT_DOUBLE_EQ(bw->threshold, 9.5 - 0.5 * 9.5);  // the lowest P10 less half of it
+
+  // A healthy run with twice the jitter holds; a rank 3 ms late at every collective, or an
+  // all-reduce at a third of its bandwidth, violates.
+  EXPECT_EQ(check(slo, observe(nccl_run("h3", 100e3, 11))).violated(), 0u);
+  const SessionVerdicts straggler = check(slo, observe(nccl_run("late", 3e6, 10)));
+  ASSERT_EQ(straggler.violated(), 1u);
+  EXPECT_EQ(straggler.verdicts[0].objective->key.metric, kCollectiveLateness);
+  const SessionVerdicts slow = check(slo, observe(nccl_run("slow", 50e3, 3)));
+  ASSERT_EQ(slow.violated(), 1u);
+  EXPECT_EQ(slow.verdicts[0].objective->key.metric, kNcclBandwidth);
+
+  // serve has no lateness series: a comment, not a rule.
+  RulesOptions ro;
+  const std::string rules = render_rules(slo, ro);
+  EXPECT_NE(rules.find("not its lateness"), std::string::npos) << rules;
+}
+
 TEST(SloCheck, MissingDataIsNotJudgedButASilentProcessViolates) {
   const Slo slo = healthy_slo();
   SessionMeasure m = run("short", 4000);
