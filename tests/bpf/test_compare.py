@@ -18,6 +18,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import eacgm_testlib  # noqa: E402
 from eacgm_testlib import EACGM, SIMNCCL_JOB, SIMTRAIN  # noqa: E402
+OS_EVENTS = os.environ.get("OS_EVENTS_BIN", "build/tests/os_events")
 
 # 400 steps of about 3 ms (2 ms of host work each): ~1.3 s, twenty 60-ms windows per run.
 JOB = ["--ranks", "2", "--steps", "400", "--step-us", "2000"]
@@ -171,18 +172,14 @@ class Compare(unittest.TestCase):
         assertBad([a, quiet], "no traced calls")
 
 
-class NcclLateness(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        if os.geteuid() != 0:
-            raise unittest.SkipTest("needs root to load BPF programs")
-        cls.shared = tempfile.mkdtemp(prefix="eacgm-compare-nccl-")
-        cls.healthy = [cls.record(f"healthy{i}") for i in range(2)]
-        cls.slow = [cls.record(f"slow{i}", SLOW_RANK) for i in range(2)]
+class NcclLateness(eacgm_testlib.SharedRecordingsTest):
+    shared_prefix = "eacgm-compare-nccl-"
 
     @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.shared, ignore_errors=True)
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.healthy = [cls.record(f"healthy{i}") for i in range(2)]
+        cls.slow = [cls.record(f"slow{i}", SLOW_RANK) for i in range(2)]
 
     @classmethod
     def record(cls, name, extra_args=()):
@@ -229,6 +226,95 @@ class NcclLateness(unittest.TestCase):
         self.assertEqual(report["improvements"], [])
         judged = self.lateness(report["unchanged_metrics"])
         self.assertEqual(sorted(judged), ["rank:0", "rank:1"])
+
+
+class MapPopulateStorm(eacgm_testlib.SharedRecordingsTest):
+    """Seed 000's upgrade: the same job mapping with MAP_POPULATE about 12 times a second before
+    and 217 times after. Each run is simtrain beside the os fixture mapping at that pace (one
+    second), traced with the cuda and os layers: the rate is the regression, both ways round."""
+    shared_prefix = "eacgm-compare-storm-"
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.before = [cls.record(f"before{i}", 12) for i in range(2)]
+        cls.after = cls.record("after", 217)
+
+    @classmethod
+    def record(cls, name, mappings):
+        out = os.path.join(cls.shared, name)
+        job = (f"{SIMTRAIN} --ranks 1 --steps 300 --step-us 2000 & "
+               f"{OS_EVENTS} populate {mappings} 1000; wait")
+        proc = subprocess.run([EACGM, "record", "-q", "-o", out, "--layers", "cuda,os", "--",
+                               "/bin/sh", "-c", job], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return out
+
+    @staticmethod
+    def populate(changes):
+        return [c for c in changes if c["what"] == "MAP_POPULATE mmaps"]
+
+    def test_a_storm_is_the_regression_and_its_end_an_improvement(self):
+        proc = eacgm("compare", "--json", *self.before, "--", self.after)
+        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        report = json.loads(proc.stdout)
+        storm = self.populate(report["regressions"])
+        self.assertEqual([(c["layer"], c["process"], c["metric"]) for c in storm],
+                         [("os", "comm:os_events", "events/s")], report["regressions"])
+        c = storm[0]
+        self.assertEqual((c["base_count"], c["candidate_count"]), (24, 217))
+        # 12 and 217 mappings over runs of about the same length: a ratio near 18.
+        self.assertGreater(c["ratio"], 10, c)
+        self.assertLess(c["ratio"], 30, c)
+        self.assertGreater(c["confidence"], 0.99, c)
+
+        proc = eacgm("compare", "--json", self.after, self.before[0])
+        report = json.loads(proc.stdout)
+        self.assertEqual([c["process"] for c in self.populate(report["improvements"])],
+                         ["comm:os_events"], report)
+        self.assertEqual(self.populate(report["regressions"]), [])
+
+    def test_the_same_pace_is_no_change(self):
+        proc = eacgm("compare", "--json", self.before[0], self.before[1])
+        report = json.loads(proc.stdout)
+        self.assertEqual(self.populate(report["regressions"]), [], report)
+        self.assertEqual(self.populate(report["improvements"]), [], report)
+
+
+class RealWorkload(eacgm_testlib.SharedRecordingsTest):
+    """A real job: tests/workloads/train_cnn.py, a PyTorch CNN trained from a DataLoader with two
+    worker processes (120 steps, about 3 s), recorded four times, healthy, with every layer.
+    Compared two runs against two, it reports no regression and no improvement, while judging
+    dozens of its operators, calls and functions (not a vacuous pass). The runs are recorded
+    base, candidate, base, candidate, so a change in the machine's load falls on both sides."""
+    shared_prefix = "eacgm-compare-real-"
+    PYTHON = "/usr/bin/python3.11"
+    SCRIPT = os.path.join(os.path.dirname(__file__), "..", "workloads", "train_cnn.py")
+
+    @classmethod
+    def setUpClass(cls):
+        if subprocess.run([cls.PYTHON, "-c", "import torch"], capture_output=True).returncode:
+            raise unittest.SkipTest("needs Debian's python3-torch for /usr/bin/python3.11")
+        super().setUpClass()
+        runs = [cls.record(f"run{i}") for i in range(4)]
+        cls.base, cls.candidate = runs[0::2], runs[1::2]
+
+    @classmethod
+    def record(cls, name):
+        out = os.path.join(cls.shared, name)
+        proc = subprocess.run([EACGM, "record", "-q", "-o", out, "--", cls.PYTHON, cls.SCRIPT,
+                               "--workers", "2", "--batches", "60"],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return out
+
+    def test_healthy_runs_of_a_real_job_report_no_change(self):
+        proc = eacgm("compare", "--json", *self.base, "--", *self.candidate)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        report = json.loads(proc.stdout)
+        self.assertEqual(report["regressions"], [], json.dumps(report["regressions"], indent=1))
+        self.assertEqual(report["improvements"], [], json.dumps(report["improvements"], indent=1))
+        self.assertGreaterEqual(report["unchanged"], 30, report)
 
 
 if __name__ == "__main__":
