@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "analysis/collectives.h"
@@ -48,6 +49,7 @@ struct Source {
   SessionClock clock;
   std::vector<OpenEntry> open;
   bool has_open_collectives = false;  // its summary lists them (none open is an empty list)
+  nlohmann::json summary;             // its summary.json; null for a crashed recorder's
 };
 
 Result<Source> read_source(const std::string& dir) {
@@ -79,9 +81,9 @@ Result<Source> read_source(const std::string& dir) {
   // A crashed recorder's session has no summary, and sessions of an older eacgm no open
   // collectives: then hangs across nodes are not judged (the merged summary says so).
   std::ifstream summary_file(fs::path(dir) / "summary.json");
-  const nlohmann::json summary =
-      nlohmann::json::parse(summary_file, nullptr, /*allow_exceptions=*/false);
-  const nlohmann::json nccl = json_object(json_object(summary, "layers"), "nccl");
+  s.summary = nlohmann::json::parse(summary_file, nullptr, /*allow_exceptions=*/false);
+  if (!s.summary.is_object()) s.summary = nullptr;
+  const nlohmann::json nccl = json_object(json_object(s.summary, "layers"), "nccl");
   s.has_open_collectives = nccl.contains("open_collectives");
   for (const nlohmann::json& e : json_array(nccl, "open_collectives")) {
     OpenEntry o;
@@ -315,6 +317,65 @@ Result<nlohmann::json> analyse_collectives(sqlite3* db, uint64_t session_start_n
                         {"anomalies", std::move(anomalies)}};
 }
 
+// What each node's own summary says, on the merged job: its processes and its anomalies, each with
+// its node and session, the anomalies' times counted from the merged start, then the verdicts on
+// the whole job (nccl.anomalies, `scope` "job"); how long the job ran, and how it ended (the first
+// node whose job did not exit 0, else 0). The layers' call figures are not summed: percentiles of
+// different nodes do not add up (the merged database has every call).
+void add_node_figures(nlohmann::json& out, const std::vector<Source>& sources,
+                      const std::vector<SessionShift>& shifts, int64_t merged_start_ns) {
+  nlohmann::json processes = nlohmann::json::array(), anomalies = nlohmann::json::array();
+  // The job's exit: known while every node's is, the first that was not 0.
+  bool exit_known = true;
+  int exit_code = 0;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const Source& s = sources[i];
+    out["sessions"][i]["command"] = json_array(s.summary, "command");
+    if (!s.summary.is_object()) {
+      exit_known = false;  // that node's recorder did not finish
+      continue;
+    }
+    for (nlohmann::json p : json_array(s.summary, "processes")) {
+      if (!p.is_object()) continue;
+      p["node"] = s.node;
+      p["session"] = i;
+      processes.push_back(std::move(p));
+    }
+    // The node's seconds count from its own start; on the merged clock it began this much later.
+    const auto start = s.meta.find("start_ns");
+    const bool placed = start != s.meta.end() && !start->second.empty() &&
+                        merged_start_ns != std::numeric_limits<int64_t>::max();
+    const double offset_s = placed ? static_cast<double>(std::stoll(start->second) +
+                                                         shifts[i].shift_ns - merged_start_ns) /
+                                         1e9
+                                   : 0.0;
+    for (nlohmann::json a : json_array(s.summary, "anomalies")) {
+      if (!a.is_object()) continue;
+      a["t_s"] = json_number<double>(a, "t_s") + offset_s;
+      a["node"] = s.node;
+      a["session"] = i;
+      a["scope"] = "node";
+      anomalies.push_back(std::move(a));
+    }
+    const auto code = s.summary.find("exit_code");
+    if (code == s.summary.end() || !code->is_number_integer()) {
+      exit_known = false;
+    } else if (exit_code == 0) {
+      exit_code = code->get<int>();
+    }
+  }
+  for (nlohmann::json a : out["nccl"]["anomalies"]) {
+    a["layer"] = "nccl";
+    a["scope"] = "job";
+    anomalies.push_back(std::move(a));
+  }
+  out["processes"] = std::move(processes);
+  out["anomalies"] = std::move(anomalies);
+  out["exit_code"] = exit_known ? nlohmann::json(exit_code) : nlohmann::json();
+  const int64_t end = out["end_ns"].get<int64_t>();
+  out["duration_s"] = end > merged_start_ns ? static_cast<double>(end - merged_start_ns) / 1e9 : 0;
+}
+
 Result<nlohmann::json> write_merged(const std::vector<Source>& sources,
                                     const std::vector<SessionShift>& shifts,
                                     const MergeOptions& options) {
@@ -424,13 +485,15 @@ Result<nlohmann::json> write_merged(const std::vector<Source>& sources,
       !r) {
     return Error{fmt::format("{}/trace.perfetto-trace: {}", options.out_dir, r.error().message)};
   }
-  return nlohmann::json{{"merged", true},
+  nlohmann::json out = {{"merged", true},
                         {"reference", options.reference},
                         {"sessions", std::move(sessions)},
                         {"start_ns", start},
                         {"end_ns", end},
                         {"realtime_offset_ns", std::stoll(ref_offset)},
                         {"nccl", std::move(*check)}};
+  add_node_figures(out, sources, shifts, start);
+  return out;
 }
 
 }  // namespace

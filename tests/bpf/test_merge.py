@@ -131,6 +131,16 @@ class Merge(unittest.TestCase):
         self.assertEqual(nccl["anomalies"][0]["pid"], ranks[3]["pid"])
         # The job ended: no collective was left open, and hangs were judged (none).
         self.assertEqual((nccl["open_collectives"], nccl["hangs_judged"]), (0, True))
+        # Each node's processes (its launcher and two ranks), named with their node; the verdict
+        # on the whole job among the anomalies; the job exited 0 on both nodes.
+        procs = collections.Counter((p["node"], p["role"]) for p in summary["processes"])
+        self.assertEqual(procs, {("node-a", "launcher"): 1, ("node-a", "rank"): 2,
+                                 ("node-b", "launcher"): 1, ("node-b", "rank"): 2})
+        self.assertIn(("straggler", "job", "node-b"),
+                      [(a["kind"], a["scope"], a["node"]) for a in summary["anomalies"]])
+        self.assertEqual(summary["exit_code"], 0)
+        self.assertAlmostEqual(summary["duration_s"],
+                               (summary["end_ns"] - summary["start_ns"]) / 1e9)
 
         # One timeline: each process under its node's name, and each collective linked across the
         # ranks of both nodes by one flow, on the merged clock.
@@ -248,6 +258,12 @@ class MergeHang(eacgm_testlib.SharedRecordingsTest):
                              open_a[0]["seq"] - 1)
         self.assertGreaterEqual(hang["evidence"]["waiting_s"], 3.0)
 
+        # Among the merged summary's anomalies: node A's own view (ranks it does not trace
+        # missing), and the verdict on the whole job.
+        merged = json.loads(r.stdout)
+        scopes = [(a["kind"], a["scope"], a["node"]) for a in merged["anomalies"]]
+        self.assertIn(("hang", "node", "node-a"), scopes)
+        self.assertIn(("hang", "job", "node-b"), scopes)
         text = eacgm("merge", *self.nodes, "-o", os.path.join(self.shared, "merged-text"))
         self.assertIn("anomaly [hang] [node node-b]: ncclAllReduce", text.stdout)
         # A longer timeout than the wait lasted: no hang.
