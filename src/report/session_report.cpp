@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <set>
@@ -607,6 +608,36 @@ class SessionPage {
         html += "<h3>Python functions by self time (sampled)</h3>" + table_html(t);
     }
     if (!html.empty()) page_.add_section("top", "Where the time goes", html);
+    mappings_section(layers);
+  }
+
+  // The os layer's mappings per process (seed 000: an upgrade that multiplied MAP_POPULATE
+  // mappings). summary.json keeps them as counts per process, not as timed events, so they are a
+  // table, not a chart.
+  void mappings_section(const json& layers) {
+    Table t{{"process", "mmaps", "munmaps", "bytes mapped", "MAP_POPULATE", "MAP_POPULATE peak/s"},
+            {},
+            {},
+            "mappings"};
+    const json mmap = json_object(json_object(layers, "os"), "mmap");
+    for (const auto& [pid_text, m] : mmap.items()) {
+      if (!m.is_object()) continue;
+      const auto pid = static_cast<uint32_t>(std::strtoul(pid_text.c_str(), nullptr, 10));
+      const json populate = json_object(m, "populate");
+      const auto count = [](const json& j, const char* key) {
+        const auto v = json_number<uint64_t>(j, key);
+        return number_cell(std::to_string(v), static_cast<double>(v));
+      };
+      const auto bytes = static_cast<double>(json_number<uint64_t>(m, "bytes_mapped"));
+      const double peak = json_number<double>(populate, "peak_per_s");
+      t.rows.push_back({text_cell(process_label(s_, pid)), count(m, "mmaps"), count(m, "munmaps"),
+                        number_cell(compare::format_value(bytes, "bytes"), bytes),
+                        count(populate, "count"), number_cell(fmt::format("{:.0f}", peak), peak)});
+      t.bars.push_back(static_cast<double>(json_number<uint64_t>(populate, "count")));
+    }
+    if (!t.rows.empty()) {
+      page_.add_section("mappings", "Memory mappings (os layer)", table_html(t));
+    }
   }
 
   void processes_section() {

@@ -21,6 +21,7 @@ from eacgm_testlib import EACGM, SIM_LIB_DIR, SIMNCCL_JOB, SIMTRAIN  # noqa: E40
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SIM_NVML = os.path.join(SIM_LIB_DIR, "libnvidia-ml.so.1")
+OS_EVENTS = os.environ.get("OS_EVENTS_BIN", "build/tests/os_events")
 SLOW_RANK = 2
 RANKS = 4
 
@@ -82,6 +83,9 @@ class Report(eacgm_testlib.SharedRecordingsTest):
                                        "--slow-rank", str(SLOW_RANK), "--slow-ms", "3",
                                        "--step-us", "2000"],
                               ["--nvml-lib", SIM_NVML, "--gpu-rate", "20"], env)
+        # The os layer alone (no traced call): 50 MAP_POPULATE mappings over 300 ms.
+        cls.mappings = cls.record("mappings", [OS_EVENTS, "populate", "50", "300"],
+                                  ["--layers", "os"])
         cls.leak = cls.record("leak", [SIMTRAIN, "--ranks", "2", "--steps", "200",
                                        "--leak-bytes", str(1 << 20)], ["--layers", "cuda"])
         job = [SIMTRAIN, "--ranks", "2", "--steps", "400", "--step-us", "2000"]
@@ -203,6 +207,20 @@ class Report(eacgm_testlib.SharedRecordingsTest):
         sections = re.findall(r'<section id="([^"]+)">', dom)
         self.assertNotIn("collectives", sections)
         self.assertNotIn("gpu", sections)
+
+    def test_a_session_without_calls_shows_its_mappings(self):
+        session, summary = self.mappings
+        page = self.report(session, "mappings.html")
+        dom = browser_dom(page)
+        sections = self.assertCleanPage(page, dom)
+        self.assertNotIn("top", sections)  # no call was traced: no call tables
+        rows = table_rows(section(dom, "mappings"), "mappings")
+        (pid,) = [p["pid"] for p in summary["processes"] if p["comm"] == "os_events"]
+        row = [r for r in rows if f"(pid {pid})" in r[0]]
+        self.assertEqual(len(row), 1, rows)
+        self.assertEqual(row[0][4], "50")  # MAP_POPULATE mappings, exactly
+        mmap = summary["layers"]["os"]["mmap"][str(pid)]
+        self.assertEqual(row[0][1], str(mmap["mmaps"]))
 
     def test_page_script_hides_a_series_and_sorts_a_table(self):
         page = self.report(self.leak[0], "leak-click.html")
