@@ -73,11 +73,13 @@ std::string process_label(const RecordedSession& s, uint32_t pid) {
   return fmt::format("{} (pid {})", who, pid);
 }
 
-// A command line as a table shows it: a launcher's can be kilobytes (ids, paths).
+// A command line as a table shows it: a launcher's can be kilobytes (ids, paths). Cut where a
+// character begins, never inside one.
 std::string shortened(std::string text) {
-  constexpr size_t kMax = 200;
-  if (text.size() > kMax) text = text.substr(0, kMax) + "…";
-  return text;
+  size_t cut = 200;
+  if (text.size() <= cut) return text;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return text.substr(0, cut) + "…";
 }
 
 double median_of(std::vector<double>& v) {
@@ -91,8 +93,9 @@ double median_of(std::vector<double>& v) {
 // of 64 ranks draws a readable chart.
 std::vector<Series> busiest(std::vector<std::pair<double, Series>> weighted, bool sum_rest,
                             const std::string& rest_name) {
-  std::sort(weighted.begin(), weighted.end(),
-            [](const auto& a, const auto& b) { return a.first > b.first; });
+  // Stable: series of equal weight keep their order (and so their colours) from run to run.
+  std::stable_sort(weighted.begin(), weighted.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<Series> out;
   for (size_t i = 0; i < weighted.size(); ++i) {
     Series& s = weighted[i].second;
@@ -108,15 +111,16 @@ std::vector<Series> busiest(std::vector<std::pair<double, Series>> weighted, boo
   return out;
 }
 
-struct Anomaly {
+// An anomaly of summary.json as the charts mark it.
+struct AnomalyMark {
   double t_s = 0;
   std::string kind, layer, label;
 };
 
-std::vector<Marker> markers_where(const std::vector<Anomaly>& anomalies,
-                                  const std::function<bool(const Anomaly&)>& keep) {
+std::vector<Marker> markers_where(const std::vector<AnomalyMark>& anomalies,
+                                  const std::function<bool(const AnomalyMark&)>& keep) {
   std::vector<Marker> out;
-  for (const Anomaly& a : anomalies) {
+  for (const AnomalyMark& a : anomalies) {
     if (keep(a)) out.push_back({a.t_s, a.label});
   }
   return out;
@@ -246,7 +250,7 @@ class SessionPage {
     }
     if (per_process.empty()) return;
     const std::string name(layer_name(layer));
-    const auto here = [&](const Anomaly& a) { return a.layer == name; };
+    const auto here = [&](const AnomalyMark& a) { return a.layer == name; };
 
     LineChart calls = chart(fmt::format("{} calls a second, per process", name), "calls/s");
     std::vector<std::pair<double, Series>> weighted;
@@ -316,7 +320,7 @@ class SessionPage {
     }
     mem.series = busiest(std::move(weighted), false, "");
     mem.markers = markers_where(
-        anomalies_, [](const Anomaly& a) { return a.kind == "leak" || a.kind == "oom_kill"; });
+        anomalies_, [](const AnomalyMark& a) { return a.kind == "leak" || a.kind == "oom_kill"; });
     page_.add_section("memory", "Device memory", line_chart(mem));
   }
 
@@ -436,7 +440,7 @@ class SessionPage {
       weighted.push_back({total, Series{kind, bins_.mids(), std::move(v)}});
     }
     os.series = busiest(std::move(weighted), true, "other kinds");
-    os.markers = markers_where(anomalies_, [](const Anomaly& a) { return a.layer == "os"; });
+    os.markers = markers_where(anomalies_, [](const AnomalyMark& a) { return a.layer == "os"; });
     page_.add_section("layer-os", "os layer over time", line_chart(os));
     return {};
   }
@@ -483,7 +487,7 @@ class SessionPage {
         }
         c.series.push_back(std::move(series));
       }
-      c.markers = markers_where(anomalies_, [](const Anomaly& a) { return a.layer == "gpu"; });
+      c.markers = markers_where(anomalies_, [](const AnomalyMark& a) { return a.layer == "gpu"; });
       html += line_chart(c);
     }
     if (!html.empty()) page_.add_section("gpu", "GPU readings (NVML)", html);
@@ -665,7 +669,7 @@ class SessionPage {
   const TimeBins bins_;
   const std::string dir_;
   HtmlPage page_;
-  std::vector<Anomaly> anomalies_;
+  std::vector<AnomalyMark> anomalies_;
   double x_max_ = 0;
 };
 
