@@ -258,6 +258,15 @@ Slo fit(const std::vector<Observed>& runs, const FitOptions& options) {
     if (reason.empty() && rule.bound == Bound::kLower && *lo <= 0) {
       reason = "0 in a healthy run: a lower bound of 0 holds nothing";
     }
+    // A margin as large as the lowest value (healthy runs that spread more than it, such as a
+    // bandwidth that includes waiting for peers on a busy machine) leaves a lower bound at 0,
+    // which holds nothing either.
+    if (reason.empty() && rule.bound == Bound::kLower &&
+        std::max(options.tolerance.value_or(rule.tolerance) * *lo, *hi - *lo) >= *lo) {
+      reason = fmt::format(
+          "healthy runs from {} to {}: the margin leaves a lower bound of 0, which holds nothing",
+          format_value(*lo, rule.unit), format_value(*hi, rule.unit));
+    }
     if (!reason.empty()) {
       slo.skipped.push_back({key, std::move(reason)});
       continue;

@@ -258,7 +258,7 @@ class SloNccl(eacgm_testlib.SharedRecordingsTest):
     """NCCL objectives on real recordings of the simulated 4-rank job: each rank's collective
     lateness and each collective's bandwidth are fitted from three healthy runs; a fourth
     healthy run holds every lateness objective, and a run whose rank 2 is 3 ms late at every
-    step violates rank 2's lateness objective, and no other rank's."""
+    step violates rank 2's lateness objective by its delay, more than any other rank's."""
     shared_prefix = "eacgm-slo-nccl-"
 
     @classmethod
@@ -286,7 +286,7 @@ class SloNccl(eacgm_testlib.SharedRecordingsTest):
         proc = eacgm("slo", "check", self.slo, session, "--json")
         self.assertIn(proc.returncode, (0, 1), proc.stdout + proc.stderr)
         violations = json.loads(proc.stdout)["sessions"][0]["violations"]
-        return sorted(v["id"] for v in violations if "/collective_lateness/" in v["id"])
+        return {v["id"]: v["observed"] for v in violations if "/collective_lateness/" in v["id"]}
 
     def test_fit_has_lateness_and_bandwidth_per_rank(self):
         ids = {o["id"]: o for o in self.spec["objectives"]}
@@ -295,16 +295,30 @@ class SloNccl(eacgm_testlib.SharedRecordingsTest):
             self.assertEqual(late["bound"], "upper")
             # Healthy ranks are late by microseconds: the threshold is the 1 ms floor.
             self.assertEqual(late["threshold"], 1e6)
-            bandwidth = ids[f"steady/bandwidth/nccl/ncclAllReduce/rank:{rank}"]
-            self.assertEqual(bandwidth["bound"], "lower")
-            self.assertGreater(bandwidth["threshold"], 0)
+            # Bandwidth includes waiting for peers: on a busy machine the healthy runs may spread
+            # too far for a lower bound, and then it is skipped, saying why; never a bound of 0.
+            bandwidth = ids.get(f"steady/bandwidth/nccl/ncclAllReduce/rank:{rank}")
+            if bandwidth is None:
+                skipped = [s for s in self.spec["skipped"] if s["metric"] == "bandwidth"
+                           and s["what"] == "ncclAllReduce" and s["process"] == f"rank:{rank}"]
+                self.assertEqual(len(skipped), 1, self.spec["skipped"])
+                self.assertIn("lower bound of 0", skipped[0]["reason"])
+            else:
+                self.assertEqual(bandwidth["bound"], "lower")
+                self.assertGreater(bandwidth["threshold"], 0)
 
     def test_healthy_run_holds_every_lateness_objective(self):
-        self.assertEqual(self.lateness_violations(self.healthy[3]), [])
+        self.assertEqual(self.lateness_violations(self.healthy[3]), {})
 
-    def test_late_rank_violates_its_own_lateness_objective_alone(self):
-        self.assertEqual(self.lateness_violations(self.late),
-                         ["steady/collective_lateness/nccl/all_collectives/rank:2"])
+    def test_late_rank_violates_its_lateness_objective_most(self):
+        # Rank 2 is 3 ms late at every step: its objective is violated, by about its delay, and
+        # by more than any other rank's (the ranks it holds up can arrive unevenly after it).
+        violations = self.lateness_violations(self.late)
+        late = violations.get("steady/collective_lateness/nccl/all_collectives/rank:2")
+        self.assertIsNotNone(late, violations)
+        self.assertGreater(late, 2e6, violations)
+        self.assertEqual(max(violations, key=violations.get),
+                         "steady/collective_lateness/nccl/all_collectives/rank:2", violations)
 
 
 if __name__ == "__main__":

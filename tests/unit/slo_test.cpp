@@ -301,6 +301,19 @@ TEST(SloFit, NcclLatenessHasAMillisecondFloorAndBandwidthALowerBound) {
   EXPECT_NE(rules.find("not its lateness"), std::string::npos) << rules;
 }
 
+// Healthy runs that spread more than their lowest value would leave a lower bound of 0: skipped,
+// saying why, never an objective that holds nothing.
+TEST(SloFit, ALowerBoundTheMarginTakesToZeroIsSkipped) {
+  const Slo slo =
+      fit({observe(nccl_run("a", 50e3, 2)), observe(nccl_run("b", 50e3, 12))}, options());
+  EXPECT_EQ(find(slo, Phase::kSteady, kNcclBandwidth, "ncclAllReduce"), nullptr);
+  const Skipped* s = find_skipped(slo, Phase::kSteady, kNcclBandwidth, "ncclAllReduce");
+  ASSERT_NE(s, nullptr);
+  EXPECT_NE(s->reason.find("lower bound of 0"), std::string::npos) << s->reason;
+  // The lateness of the same runs is still an objective.
+  EXPECT_NE(find(slo, Phase::kSteady, kCollectiveLateness, "all collectives"), nullptr);
+}
+
 TEST(SloCheck, MissingDataIsNotJudgedButASilentProcessViolates) {
   const Slo slo = healthy_slo();
   SessionMeasure m = run("short", 4000);
