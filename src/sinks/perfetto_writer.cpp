@@ -10,6 +10,7 @@
 #include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <set>
 #include <string_view>
 
@@ -17,6 +18,7 @@
 #include "python/python_profile.h"
 #include "sinks/perfetto_gpu.h"
 #include "sinks/perfetto_proto.h"
+#include "sinks/proto_wire.h"
 
 namespace eacgm {
 namespace {
@@ -148,77 +150,134 @@ void PerfettoWriter::fail(const std::string& what) {
   if (error_.empty()) error_ = what;
 }
 
+namespace {
+
+namespace wire = proto_wire;
+
+// Field numbers of proto/perfetto_trace.proto (Perfetto's own).
+enum : uint32_t {
+  kTracePacketField = 1,  // Trace.packet
+  kPacketTimestamp = 8,
+  kPacketSequenceId = 10,
+  kPacketTrackEvent = 11,
+  kPacketClockId = 58,
+  kEventAnnotation = 4,
+  kEventType = 9,
+  kEventTrackUuid = 11,
+  kEventCategory = 22,
+  kEventName = 23,
+  kEventFlowId = 47,
+  kAnnotationInt = 4,
+  kAnnotationString = 6,
+  kAnnotationPointer = 7,
+  kAnnotationName = 10,
+};
+
+// One DebugAnnotation in a TrackEvent: the value field, then the name (the generated
+// serializer's order, by field number).
+void put_annotation_uint(wire::WireWriter& event, uint32_t value_field, std::string_view name,
+                         uint64_t value) {
+  event.length_delimited(kEventAnnotation,
+                         wire::uint_field_size(value_field, value) +
+                             wire::bytes_field_size(kAnnotationName, name.size()));
+  event.uint_field(value_field, value);
+  event.bytes_field(kAnnotationName, name);
+}
+
+void put_annotation(wire::WireWriter& event, std::string_view name, int64_t value) {
+  put_annotation_uint(event, kAnnotationInt, name, static_cast<uint64_t>(value));
+}
+
+void put_annotation(wire::WireWriter& event, std::string_view name, std::string_view value) {
+  event.length_delimited(kEventAnnotation,
+                         wire::bytes_field_size(kAnnotationString, value.size()) +
+                             wire::bytes_field_size(kAnnotationName, name.size()));
+  event.bytes_field(kAnnotationString, value);
+  event.bytes_field(kAnnotationName, name);
+}
+
+// Frames a TrackEvent as a TracePacket on the writer's sequence and appends it as a Trace.packet
+// field: timestamp, sequence id, the event, the clock (field order).
+void put_event_packet(std::string& out, uint64_t timestamp, std::string_view event) {
+  const size_t packet_size = wire::uint_field_size(kPacketTimestamp, timestamp) +
+                             wire::uint_field_size(kPacketSequenceId, PerfettoWriter::kSequenceId) +
+                             wire::bytes_field_size(kPacketTrackEvent, event.size()) +
+                             wire::uint_field_size(kPacketClockId, pb::BUILTIN_CLOCK_MONOTONIC);
+  wire::WireWriter packet(out);
+  packet.length_delimited(kTracePacketField, packet_size);
+  packet.uint_field(kPacketTimestamp, timestamp);
+  packet.uint_field(kPacketSequenceId, PerfettoWriter::kSequenceId);
+  packet.bytes_field(kPacketTrackEvent, event);
+  packet.uint_field(kPacketClockId, pb::BUILTIN_CLOCK_MONOTONIC);
+}
+
+}  // namespace
+
 void PerfettoWriter::append_call_packets(const CallRecord& call, std::string* begin,
                                          std::string* end) {
   const ProbeSpec& spec = *call.spec;
   const uint64_t track = thread_track_uuid(call.pid, call.tid);
-  pb::TracePacket& packet = *scratch_;
-
-  packet.Clear();
-  packet.set_timestamp(call.start_ns);
-  packet.set_timestamp_clock_id(pb::BUILTIN_CLOCK_MONOTONIC);
-  packet.set_trusted_packet_sequence_id(kSequenceId);
-  pb::TrackEvent* event = packet.mutable_track_event();
-  event->set_type(pb::TrackEvent::TYPE_SLICE_BEGIN);
-  event->set_track_uuid(track);
+  event_scratch_.clear();
+  wire::WireWriter event(event_scratch_);
+  std::string_view name = spec.symbol;
   if (call.kernel) {
     // A launch is shown by what it launched; the API that launched it is an annotation.
-    auto name = kernel_names_.find(call.kernel);
-    if (name == kernel_names_.end()) {
-      name = kernel_names_.emplace(call.kernel, demangled_kernel_name(*call.kernel)).first;
+    auto demangled = kernel_names_.find(call.kernel);
+    if (demangled == kernel_names_.end()) {
+      demangled = kernel_names_.emplace(call.kernel, demangled_kernel_name(*call.kernel)).first;
     }
-    event->set_name(name->second);
-    add_annotation(event, "api", spec.symbol);
-    add_annotation(event, "kernel", *call.kernel);
-  } else {
-    event->set_name(std::string(spec.symbol));
+    name = demangled->second;
+    put_annotation(event, "api", spec.symbol);
+    put_annotation(event, "kernel", *call.kernel);
   }
-  event->add_categories(std::string(layer_name(spec.layer)));
-
   for (const DecodedArg& arg : call.decoded_args()) {
     if (arg.is_pointer()) {
-      pb::DebugAnnotation* a = event->add_debug_annotations();
-      a->set_name(std::string(arg.name));
-      a->set_pointer_value(arg.value);
+      put_annotation_uint(event, kAnnotationPointer, arg.name, arg.value);
     } else if (arg.number) {
-      add_annotation(event, arg.name, *arg.number);
+      put_annotation(event, arg.name, *arg.number);
     } else {
-      add_annotation(event, arg.name, arg.text);
+      put_annotation(event, arg.name, arg.text);
     }
   }
-  add_annotation(event, "ret", call.raw.ret);
+  put_annotation(event, "ret", call.raw.ret);
   if (spec.returns_status) {
-    add_annotation(event, "ret_name", status_name(call.layer(), call.raw.ret));
+    put_annotation(event, "ret_name", status_name(call.layer(), call.raw.ret));
   }
   // A failed call moved nothing (as in the session's statistics); what it
   // asked for is still in its arguments.
-  add_annotation(event, "bytes", call.failed() ? 0 : static_cast<int64_t>(call.bytes()));
-  add_annotation(event, "depth", static_cast<int64_t>(call.depth));
+  put_annotation(event, "bytes", call.failed() ? 0 : static_cast<int64_t>(call.bytes()));
+  put_annotation(event, "depth", static_cast<int64_t>(call.depth));
   if (call.py_site) {
-    add_annotation(event, "python",
-                   call.py_site->line > 0
-                       ? fmt::format("{} line {}", call.py_site->function, call.py_site->line)
-                       : call.py_site->function);
+    if (call.py_site->line > 0) {
+      text_scratch_.clear();
+      fmt::format_to(std::back_inserter(text_scratch_), "{} line {}", call.py_site->function,
+                     call.py_site->line);
+      put_annotation(event, "python", text_scratch_);
+    } else {
+      put_annotation(event, "python", call.py_site->function);
+    }
   }
   if (call.collective) {
     const CollectiveRef& c = *call.collective;
-    add_annotation(event, "comm", c.comm_id);
-    add_annotation(event, "seq", static_cast<int64_t>(c.seq));
-    add_annotation(event, "rank", static_cast<int64_t>(c.rank));
-    event->add_flow_ids(collective_flow_id(c));
+    put_annotation(event, "comm", c.comm_id);
+    put_annotation(event, "seq", static_cast<int64_t>(c.seq));
+    put_annotation(event, "rank", static_cast<int64_t>(c.rank));
   }
-  append_framed(packet, begin);
+  event.uint_field(kEventType, pb::TrackEvent::TYPE_SLICE_BEGIN);
+  event.uint_field(kEventTrackUuid, track);
+  event.bytes_field(kEventCategory, layer_name(spec.layer));
+  event.bytes_field(kEventName, name);
+  if (call.collective) event.fixed64_field(kEventFlowId, collective_flow_id(*call.collective));
+  event.flush();
+  put_event_packet(*begin, call.start_ns, event_scratch_);
 
   // The END needs no name or arguments: it closes the innermost open slice
   // of its track, and trace_processor merges BEGIN and END.
-  packet.Clear();
-  packet.set_timestamp(call.start_ns + call.duration_ns);
-  packet.set_timestamp_clock_id(pb::BUILTIN_CLOCK_MONOTONIC);
-  packet.set_trusted_packet_sequence_id(kSequenceId);
-  event = packet.mutable_track_event();
-  event->set_type(pb::TrackEvent::TYPE_SLICE_END);
-  event->set_track_uuid(track);
-  append_framed(packet, end);
+  event_scratch_.clear();
+  event.uint_field(kEventType, pb::TrackEvent::TYPE_SLICE_END);
+  event.uint_field(kEventTrackUuid, track);
+  event.flush();
+  put_event_packet(*end, call.start_ns + call.duration_ns, event_scratch_);
 }
 
 // Packet order in the file. trace_processor sorts all packets by timestamp
@@ -238,24 +297,31 @@ void PerfettoWriter::on_call(const CallRecord& call) {
   ThreadState& thread = threads_[{call.pid, call.tid}];
   if (!error_.empty()) return;
 
-  Subtree tree{.start_ns = call.start_ns, .packets = {}, .calls = 1};
-  std::string end;
-  append_call_packets(call, &tree.packets, &end);
+  begin_scratch_.clear();
+  end_scratch_.clear();
+  append_call_packets(call, &begin_scratch_, &end_scratch_);
 
   // Pending subtrees are disjoint and ordered; the ones inside this call are
   // a suffix (they all ended before it did).
   auto first_child = thread.pending.end();
   while (first_child != thread.pending.begin() &&
-         std::prev(first_child)->start_ns >= tree.start_ns) {
+         std::prev(first_child)->start_ns >= call.start_ns) {
     --first_child;
   }
+  if (call.depth == 0 && first_child == thread.pending.end()) {
+    // The common case, a call with nothing nested in it waiting: straight to the buffer.
+    events_buffer_ += begin_scratch_;
+    write_events(end_scratch_, 1);
+    return;
+  }
+  Subtree tree{.start_ns = call.start_ns, .packets = begin_scratch_, .calls = 1};
   for (auto it = first_child; it != thread.pending.end(); ++it) {
     tree.packets += it->packets;
     tree.calls += it->calls;
     thread.pending_bytes -= it->packets.size();
   }
   thread.pending.erase(first_child, thread.pending.end());
-  tree.packets += end;
+  tree.packets += end_scratch_;
 
   if (call.depth == 0) {
     write_events(tree.packets, tree.calls);

@@ -126,7 +126,9 @@ class PerfettoWriter : public Sink {
   std::map<std::pair<uint32_t, uint32_t>, ThreadState> threads_;  // (pid, tid) seen in calls
   std::set<std::pair<uint32_t, uint32_t>> python_threads_;        // (pid, tid) with Python slices
   std::unique_ptr<perfetto::TracePacket> scratch_;                // reused for every packet
-  std::unique_ptr<PerfettoGpuTracks> gpu_;                        // created by the first GPU data
+  // Reused for every call's packets, so that the steady state allocates nothing.
+  std::string begin_scratch_, end_scratch_, event_scratch_, text_scratch_;
+  std::unique_ptr<PerfettoGpuTracks> gpu_;  // created by the first GPU data
 };
 
 }  // namespace eacgm

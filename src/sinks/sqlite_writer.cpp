@@ -191,31 +191,36 @@ std::optional<std::string> error_name(const CallRecord& call) {
 }
 
 // `text` as a JSON string. Decoded arguments are ASCII that we formatted;
-// a byte outside ASCII becomes U+FFFD rather than invalid JSON.
+// a byte outside ASCII becomes U+FFFD rather than invalid JSON. Runs of plain
+// characters are copied whole: this runs for every argument of every call.
 void append_json_string(std::string& out, std::string_view text) {
   out += '"';
-  for (const char c : text) {
+  size_t plain_from = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
     const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte < 0x80 && c != '"' && c != '\\') continue;
+    out.append(text.substr(plain_from, i - plain_from));
+    plain_from = i + 1;
     if (c == '"' || c == '\\') {
       out += '\\';
       out += c;
     } else if (byte < 0x20) {
       fmt::format_to(std::back_inserter(out), "\\u{:04x}", byte);
-    } else if (byte >= 0x80) {
-      out += "\\ufffd";
     } else {
-      out += c;
+      out += "\\ufffd";
     }
   }
+  out.append(text.substr(plain_from));
   out += '"';
 }
 
-// The decoded arguments as a JSON object, written directly: this runs for
-// every recorded call, and building a JSON document first cost a tenth of
-// the reader's time per event.
-std::string args_json(const CallRecord& call) {
+// The decoded arguments as a JSON object, written directly into `out` (the
+// writer's buffer, reused): this runs for every recorded call, and building a
+// JSON document first cost a tenth of the reader's time per event.
+void write_args_json(const CallRecord& call, std::string& out) {
   const std::vector<DecodedArg>& decoded = call.decoded_args();
-  std::string out = "{";
+  out = '{';
   for (size_t i = 0; i < decoded.size(); ++i) {
     const DecodedArg& arg = decoded[i];
     if (i > 0) out += ',';
@@ -229,7 +234,12 @@ std::string args_json(const CallRecord& call) {
     }
   }
   out += '}';
-  return out;
+}
+
+// A call's text, bound without a copy: the caller keeps it alive until the row is stepped and
+// binds the column again before the next step.
+void bind_call_text(sqlite3_stmt* stmt, int index, std::string_view text) {
+  sqlite3_bind_text(stmt, index, text.data(), static_cast<int>(text.size()), SQLITE_STATIC);
 }
 
 }  // namespace
@@ -242,7 +252,10 @@ Result<std::unique_ptr<SqliteWriter>> SqliteWriter::open(const std::string& path
   }
   sqlite3* db = nullptr;
   const int rc =
-      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+      // NOMUTEX: one thread at a time uses the connection (the reader's or the sinks' writer,
+      // then finish()), so SQLite's own locking on every bind and step is pure cost.
+      sqlite3_open_v2(path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string message = "cannot create SQLite database " + path + ": " +
                           (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
@@ -341,40 +354,38 @@ Result<void> SqliteWriter::commit_batch() {
 void SqliteWriter::on_call(const CallRecord& call) {
   if (finished_ || call.spec == nullptr) return;
   ++calls_given_;
-  threads_seen_.insert({call.pid, call.tid});
+  threads_seen_.insert((static_cast<uint64_t>(call.pid) << 32) | call.tid);
   if (!error_.empty()) {
     ++calls_lost_;
     return;
   }
-  if (!in_transaction_) {
-    if (Result<void> r = exec("BEGIN"); !r.ok()) {
-      fail(Error{"starting a transaction: " + r.error().message});
-      ++calls_lost_;
-      return;
-    }
-    in_transaction_ = true;
-    batch_started_ = std::chrono::steady_clock::now();
+  if (!begin_batch()) {
+    ++calls_lost_;
+    return;
   }
 
   sqlite3_stmt* stmt = insert_call_;
   bind_int(stmt, 1, call.pid);
   bind_int(stmt, 2, call.tid);
-  bind_text(stmt, 3, layer_name(call.layer()));
-  bind_text(stmt, 4, call.name());
+  // Every text column is bound without a copy: each lives until sqlite3_step below.
+  bind_call_text(stmt, 3, layer_name(call.layer()));
+  bind_call_text(stmt, 4, call.name());
   bind_int(stmt, 5, static_cast<int64_t>(call.start_ns));
   bind_int(stmt, 6, static_cast<int64_t>(call.duration_ns));
   bind_int(stmt, 7, call.raw.ret);
-  if (std::optional<std::string> error = error_name(call)) {
-    bind_text(stmt, 8, *error);
+  const std::optional<std::string> error = error_name(call);
+  if (error) {
+    bind_call_text(stmt, 8, *error);
   } else {
     sqlite3_bind_null(stmt, 8);
   }
   bind_int(stmt, 9, call.failed() ? 0 : static_cast<int64_t>(call.bytes()));
   bind_int(stmt, 10, call.depth);
-  bind_text(stmt, 11, args_json(call));
+  write_args_json(call, args_buffer_);
+  bind_call_text(stmt, 11, args_buffer_);
   if (call.py_site) {
-    bind_text(stmt, 12, call.py_site->function);
-    bind_text(stmt, 13, call.py_site->file);
+    bind_call_text(stmt, 12, call.py_site->function);
+    bind_call_text(stmt, 13, call.py_site->file);
     if (call.py_site->line > 0) {
       bind_int(stmt, 14, call.py_site->line);
     } else {
@@ -384,7 +395,7 @@ void SqliteWriter::on_call(const CallRecord& call) {
     for (int i : {12, 13, 14}) sqlite3_bind_null(stmt, i);
   }
   if (call.kernel) {
-    bind_text(stmt, 15, *call.kernel);
+    bind_call_text(stmt, 15, *call.kernel);
   } else {
     sqlite3_bind_null(stmt, 15);
   }
@@ -401,7 +412,7 @@ void SqliteWriter::on_call(const CallRecord& call) {
     const CollectiveRef& c = *call.collective;
     sqlite3_stmt* coll = insert_collective_;
     bind_int(coll, 1, sqlite3_last_insert_rowid(db_));
-    bind_text(coll, 2, c.comm_id);
+    bind_call_text(coll, 2, c.comm_id);
     bind_int(coll, 3, c.rank);
     bind_int(coll, 4, c.nranks);
     bind_int(coll, 5, static_cast<int64_t>(c.seq));
@@ -410,10 +421,7 @@ void SqliteWriter::on_call(const CallRecord& call) {
     if (crc != SQLITE_DONE) fail(sqlite_error("inserting a collective into " + path_));
   }
 
-  if (++batch_rows_ >= kBatchRows ||
-      std::chrono::steady_clock::now() - batch_started_ >= kBatchInterval) {
-    if (Result<void> r = commit_batch(); !r.ok()) fail(r.error());
-  }
+  end_batch_rows(1);
 }
 
 Result<void> SqliteWriter::write_session(const Session& session) {
@@ -425,7 +433,9 @@ Result<void> SqliteWriter::write_session(const Session& session) {
     auto& tids = threads[pid];
     for (const auto& [tid, name] : info.threads) tids[tid] = name;
   }
-  for (const auto& [pid, tid] : threads_seen_) threads[pid].try_emplace(tid, std::nullopt);
+  for (const uint64_t key : threads_seen_) {
+    threads[static_cast<uint32_t>(key >> 32)].try_emplace(static_cast<uint32_t>(key), std::nullopt);
+  }
 
   sqlite3_stmt* raw = nullptr;
   if (Result<void> r = prepare(

@@ -15,8 +15,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
+#include <unordered_set>
 #include <utility>
 
 #include "common/result.h"
@@ -80,9 +80,10 @@ class SqliteWriter : public Sink {
   uint64_t calls_written_ = 0;
   uint64_t calls_lost_ = 0;  // not written because of an earlier error
   uint64_t calls_given_ = 0;
-  std::optional<uint64_t> calls_in_db_;                   // counted by finish() after an error
-  std::string error_;                                     // first error, empty while all is well
-  std::set<std::pair<uint32_t, uint32_t>> threads_seen_;  // (pid, tid)
+  std::optional<uint64_t> calls_in_db_;        // counted by finish() after an error
+  std::string error_;                          // first error, empty while all is well
+  std::unordered_set<uint64_t> threads_seen_;  // pid << 32 | tid
+  std::string args_buffer_;                    // the current call's arguments as JSON, reused
 };
 
 }  // namespace eacgm

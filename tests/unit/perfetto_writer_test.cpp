@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "python/python_profile.h"
 #include "sinks/perfetto_proto.h"
 #include "test_support.h"
 
@@ -381,6 +382,72 @@ TEST(PerfettoWriter, AnnotatesArgumentsReturnAndBytes) {
   const pb::TrackEvent* step = begin_at(1000, "train.py:step");
   ASSERT_NE(step, nullptr);
   EXPECT_EQ(step->debug_annotations_size(), 3);  // ret, bytes, depth
+}
+
+// The call packets are written with proto_wire, not the generated classes. Parsed and
+// serialized again by the generated code, the file must come out byte for byte the same: every
+// field where protobuf puts it, every varint minimal. Covers each kind of annotation: pointers,
+// negative numbers, text, a launch's kernel, a Python site with and without a line, and a
+// collective's flow id.
+TEST(PerfettoWriter, CallPacketsAreTheBytesTheGeneratedClassesWrite) {
+  TempDir dir;
+  const fs::path path = dir.path() / "trace.perfetto-trace";
+  auto writer = PerfettoWriter::open(path.string());
+  ASSERT_TRUE(writer.ok()) << writer.error().message;
+  Fixture f;
+  const std::string kernel = "_Z6matmulPfS_S_i";
+  const PythonSite with_line{.function = "train.py:step", .file = "/srv/train.py", .line = 42};
+  const PythonSite without_line{
+      .function = "train.py:<module>", .file = "/srv/train.py", .line = 0};
+  f.calls[0].kernel = &kernel;
+  f.calls[1].py_site = &with_line;
+  f.calls[2].py_site = &without_line;
+  f.calls[9].collective = CollectiveRef{.comm_id = "0x5eed", .seq = 7, .rank = 1, .nranks = 4};
+  f.calls[9].raw.ret = -3;  // a negative int64 takes ten bytes
+  for (const CallRecord& call : f.calls) (*writer)->on_call(call);
+  ASSERT_TRUE((*writer)->finish(f.session).ok());
+
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  pb::Trace trace;
+  ASSERT_TRUE(trace.ParseFromString(bytes.str()));
+  EXPECT_EQ(trace.SerializeAsString(), bytes.str());
+
+  // And the fields are the ones meant.
+  const pb::TrackEvent* launch = nullptr;
+  const pb::TrackEvent* nccl = nullptr;
+  for (const pb::TracePacket& p : trace.packet()) {
+    if (!p.has_track_event() || p.track_event().type() != pb::TrackEvent::TYPE_SLICE_BEGIN)
+      continue;
+    EXPECT_EQ(p.timestamp_clock_id(), static_cast<uint32_t>(pb::BUILTIN_CLOCK_MONOTONIC));
+    EXPECT_EQ(p.trusted_packet_sequence_id(), PerfettoWriter::kSequenceId);
+    if (p.timestamp() == 1500) launch = &p.track_event();
+    if (p.timestamp() == 1400) nccl = &p.track_event();
+  }
+  ASSERT_NE(launch, nullptr);
+  EXPECT_EQ(launch->name(), "matmul(float*, float*, float*, int)");
+  EXPECT_EQ(annotation(*launch, "kernel")->string_value(), kernel);
+  EXPECT_EQ(annotation(*launch, "api")->string_value(), "aten::mm");
+  ASSERT_NE(nccl, nullptr);
+  EXPECT_EQ(annotation(*nccl, "ret")->int_value(), -3);
+  EXPECT_EQ(annotation(*nccl, "comm")->string_value(), "0x5eed");
+  EXPECT_EQ(annotation(*nccl, "seq")->int_value(), 7);
+  EXPECT_EQ(annotation(*nccl, "rank")->int_value(), 1);
+  ASSERT_EQ(nccl->flow_ids_size(), 1);
+  EXPECT_EQ(nccl->flow_ids(0), collective_flow_id(*f.calls[9].collective));
+  const pb::TrackEvent* memcpy_event = nullptr;
+  const pb::TrackEvent* mm_event = nullptr;
+  for (const pb::TracePacket& p : trace.packet()) {
+    if (!p.has_track_event() || p.track_event().type() != pb::TrackEvent::TYPE_SLICE_BEGIN)
+      continue;
+    if (p.timestamp() == 2600) memcpy_event = &p.track_event();
+    if (p.timestamp() == 2500) mm_event = &p.track_event();
+  }
+  ASSERT_NE(memcpy_event, nullptr);
+  EXPECT_EQ(annotation(*memcpy_event, "python")->string_value(), "train.py:step line 42");
+  ASSERT_NE(mm_event, nullptr);
+  EXPECT_EQ(annotation(*mm_event, "python")->string_value(), "train.py:<module>");
 }
 
 TEST(PerfettoWriter, ManyNestedCallsStayBoundedAndNested) {
