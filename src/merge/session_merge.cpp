@@ -18,6 +18,7 @@
 #include "common/json_text.h"
 #include "common/sqlite_handles.h"
 #include "merge/clock_alignment.h"
+#include "merge/merged_layers.h"
 #include "merge/merged_trace.h"
 
 namespace eacgm {
@@ -320,8 +321,9 @@ Result<nlohmann::json> analyse_collectives(sqlite3* db, uint64_t session_start_n
 // What each node's own summary says, on the merged job: its processes and its anomalies, each with
 // its node and session, the anomalies' times counted from the merged start, then the verdicts on
 // the whole job (nccl.anomalies, `scope` "job"); how long the job ran, and how it ended (the first
-// node whose job did not exit 0, else 0). The layers' call figures are not summed: percentiles of
-// different nodes do not add up (the merged database has every call).
+// node whose job did not exit 0, else 0). The layers and their per-API call figures are not taken
+// from the nodes' summaries (percentiles of different nodes do not add up): write_merged computes
+// them from the merged database's calls (merge/merged_layers.h).
 void add_node_figures(nlohmann::json& out, const std::vector<Source>& sources,
                       const std::vector<SessionShift>& shifts, int64_t merged_start_ns) {
   nlohmann::json processes = nlohmann::json::array(), anomalies = nlohmann::json::array();
@@ -485,13 +487,19 @@ Result<nlohmann::json> write_merged(const std::vector<Source>& sources,
       !r) {
     return Error{fmt::format("{}/trace.perfetto-trace: {}", options.out_dir, r.error().message)};
   }
+  // Every layer's per-API figures over every node's calls, after the index on names is built.
+  std::vector<MergedNodeLayers> node_layers;
+  for (const Source& s : sources) node_layers.push_back({s.node, json_object(s.summary, "layers")});
+  auto layers = merged_layers(db.db, node_layers);
+  if (!layers) return Error{fmt::format("{}: {}", path, layers.error().message)};
   nlohmann::json out = {{"merged", true},
                         {"reference", options.reference},
                         {"sessions", std::move(sessions)},
                         {"start_ns", start},
                         {"end_ns", end},
                         {"realtime_offset_ns", std::stoll(ref_offset)},
-                        {"nccl", std::move(*check)}};
+                        {"nccl", std::move(*check)},
+                        {"layers", std::move(*layers)}};
   add_node_figures(out, sources, shifts, start);
   return out;
 }

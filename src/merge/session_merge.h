@@ -8,8 +8,9 @@
 // renumbered so that `collectives.call_id` still names its call. summary.json says how each
 // session was aligned, the error left, and whether every collective now overlaps on every pair of
 // ranks, with record's cross-rank analysis of the merged job (stragglers, and hangs across nodes
-// from the collectives each node's summary lists as still open); trace.perfetto-trace is one
-// timeline of every node (merge/merged_trace.h).
+// from the collectives each node's summary lists as still open), and each layer's per-API call
+// figures over every node's calls (merge/merged_layers.h); trace.perfetto-trace is one timeline
+// of every node (merge/merged_trace.h).
 #pragma once
 
 #include <cstddef>

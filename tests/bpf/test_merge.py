@@ -3,9 +3,11 @@ launcher per node, one NCCL id, ranks 0-1 and 2-3), each recorded by its own `ea
 same time. Node B's session is then given a clock of its own on purpose: every instant 7 s later
 and a realtime offset 40 ms wrong (NTP). The merge must find the shift from the collectives, say
 the error left, and then every collective overlaps on every pair of ranks; record's cross-rank
-analysis on the merged job names the slow rank, and its node. Bad input is exit 2 with a one-line message and nothing written."""
+analysis on the merged job names the slow rank, and its node; each API's call figures cover
+every node's calls. Bad input is exit 2 with a one-line message and nothing written."""
 import collections
 import json
+import math
 import os
 import shutil
 import signal
@@ -159,6 +161,62 @@ class Merge(unittest.TestCase):
         self.assertEqual(text.returncode, 0, text.stderr)
         self.assertIn(f"{STEPS + STEPS // 10} of {STEPS + STEPS // 10} collectives seen by two "
                       "sessions or more overlap on every pair of ranks", text.stdout)
+
+    def test_per_api_figures_cover_every_node(self):
+        # Each API's table over the whole job: counts, errors and bytes are the nodes' sums; the
+        # percentiles are not (they do not add up), but taken over every node's calls in the
+        # merged database, with summary.json's definition (nearest rank), so they lie between
+        # the nodes' own.
+        r = eacgm("merge", *self.nodes, "-o", self.out("merged-calls"), "--json")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        layers = json.loads(r.stdout)["layers"]
+        own = []
+        for node in self.nodes:
+            with open(os.path.join(node, "summary.json")) as f:
+                own.append(json.load(f)["layers"])
+        names = [os.path.basename(n) for n in self.nodes]
+        self.assertEqual(set(layers), set(own[0]) | set(own[1]))
+        for layer, merged in layers.items():
+            active = [n for n, o in zip(names, own) if o.get(layer, {}).get("status") == "active"]
+            self.assertEqual(merged["nodes"], active, layer)
+            self.assertEqual(merged["status"],
+                             "active" if active else own[0][layer]["status"], layer)
+        for layer in ("cuda", "nccl"):
+            self.assertEqual(layers[layer]["nodes"], names)
+            self.assertEqual(layers[layer]["status"], "active")
+
+        def nearest_rank(values, p):
+            values = sorted(values)
+            rank = math.ceil(p / 100.0 * len(values))
+            return values[min(max(rank, 1), len(values)) - 1]
+
+        db = sqlite3.connect(os.path.join(self.out("merged-calls"), "events.sqlite"))
+        checked = 0
+        for layer in ("cuda", "nccl"):
+            calls = layers[layer]["calls"]
+            node_calls = [o[layer]["calls"] for o in own]
+            self.assertEqual(set(calls), set(node_calls[0]) | set(node_calls[1]), layer)
+            self.assertIn("cudaMalloc" if layer == "cuda" else "ncclAllReduce", calls)
+            for api, figures in calls.items():
+                mine = [c[api] for c in node_calls if api in c]
+                for field in ("count", "errors", "bytes", "total_ns"):
+                    self.assertEqual(figures[field], sum(m[field] for m in mine), (api, field))
+                codes = collections.Counter()
+                for m in mine:
+                    codes.update(m.get("errors_by_code", {}))
+                self.assertEqual(figures.get("errors_by_code", {}), dict(codes), api)
+                durations = [d for (d,) in db.execute(
+                    "SELECT duration_ns FROM calls WHERE layer = ? AND name = ? AND "
+                    "inner_call = 0", (layer, api))]
+                self.assertEqual(len(durations), figures["count"], api)
+                for p in (50, 99):
+                    key = f"p{p}_ns"
+                    self.assertEqual(figures[key], nearest_rank(durations, p), (api, key))
+                    self.assertGreaterEqual(figures[key], min(m[key] for m in mine), (api, key))
+                    self.assertLessEqual(figures[key], max(m[key] for m in mine), (api, key))
+                checked += 1
+        db.close()
+        self.assertGreater(checked, 4)
 
     def test_a_realtime_clock_the_collectives_allow_is_kept(self):
         r = eacgm("merge", self.nodes[0], self.same_clock, "-o", self.out("same"), "--json")
