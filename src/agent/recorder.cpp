@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "agent/unwind_stop.h"
+#include "common/atomic_file.h"
 #include "common/clock.h"
 #include "common/json_text.h"
 #include "python/python_binary.h"
@@ -267,17 +268,11 @@ void Recorder::write_flight_recorder(uint32_t pid) {
   const std::string path = out_dir_ + "/" + relative;
   std::error_code ec;
   std::filesystem::create_directories(out_dir_ + "/flight_recorder", ec);
-  {
-    std::ofstream f(path + ".tmp", std::ios::trunc);
-    f << json_text(flight_.report(*proc, session_.start_ns, os_.activity().devices), 2) << '\n';
-    if (!f.flush()) {
-      lose_flight_recorder(relative,
-                           fmt::format("cannot write {}: {}", path, std::strerror(errno)));
-      return;
-    }
-  }
-  if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
-    lose_flight_recorder(relative, fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+  if (auto written = write_file_atomically(
+          path,
+          json_text(flight_.report(*proc, session_.start_ns, os_.activity().devices), 2) + '\n');
+      !written) {
+    lose_flight_recorder(relative, written.error().message);
     return;
   }
   ++flight_files_;

@@ -12,6 +12,7 @@
 
 #include "analysis/gmm_fit.h"
 #include "analysis/gmm_io.h"
+#include "common/atomic_file.h"
 #include "common/json_text.h"
 
 namespace eacgm {
@@ -291,17 +292,7 @@ Result<void> save_detector_model(const std::string& path, const DetectorModel& m
   nlohmann::ordered_json entities = nlohmann::ordered_json::object();
   for (const auto& [key, b] : model.entities) entities[key] = b.to_json();
   j["entities"] = std::move(entities);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    if (!f) return Error{fmt::format("cannot write {}: {}", tmp, std::strerror(errno))};
-    f << json_text(j, 1) << '\n';
-    if (!f.flush()) return Error{fmt::format("cannot write {}: {}", tmp, std::strerror(errno))};
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Error{fmt::format("cannot rename {} to {}: {}", tmp, path, std::strerror(errno))};
-  }
-  return {};
+  return write_file_atomically(path, json_text(j, 1) + '\n');
 }
 
 Result<DetectorModel> load_detector_model(const std::string& path) {

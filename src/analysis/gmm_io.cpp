@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/atomic_file.h"
+
 namespace eacgm {
 namespace {
 
@@ -219,23 +221,7 @@ Result<GaussianMixture> gmm_from_json(const json& j) {
 
 Result<void> save_gmm(const std::string& path, const GaussianMixture& model, const GmmFitInfo* info,
                       const GmmFitOptions* options) {
-  const std::string text = gmm_to_json(model, info, options).dump(2) + "\n";
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) return Error{fmt::format("{}: cannot write: {}", path, std::strerror(errno))};
-  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  const bool closed = std::fclose(f) == 0;
-  if (!written || !closed) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    return Error{fmt::format("{}: cannot write: {}", path, std::strerror(err))};
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    return Error{fmt::format("{}: cannot write: {}", path, std::strerror(err))};
-  }
-  return {};
+  return write_file_atomically(path, gmm_to_json(model, info, options).dump(2) + "\n");
 }
 
 Result<GaussianMixture> load_gmm(const std::string& path) {
