@@ -14,6 +14,7 @@
 
 #include "analysis/collectives.h"
 #include "analysis/session_db.h"
+#include "common/atomic_file.h"
 #include "common/json_fields.h"
 #include "common/json_text.h"
 #include "common/sqlite_handles.h"
@@ -321,12 +322,17 @@ Result<nlohmann::json> analyse_collectives(sqlite3* db, uint64_t session_start_n
 // What each node's own summary says, on the merged job: its processes and its anomalies, each with
 // its node and session, the anomalies' times counted from the merged start, then the verdicts on
 // the whole job (nccl.anomalies, `scope` "job"); how long the job ran, and how it ended (the first
-// node whose job did not exit 0, else 0). The layers and their per-API call figures are not taken
-// from the nodes' summaries (percentiles of different nodes do not add up): write_merged computes
-// them from the merged database's calls (merge/merged_layers.h).
+// node whose job did not exit 0, else 0). Device memory and the os layer, which a node keys by pid,
+// are listed per session with its node (`memory.per_session`, `layers.os.per_session`). The layers
+// and their per-API call figures are not taken from the nodes' summaries (percentiles of different
+// nodes do not add up): write_merged computes them from the merged database's calls
+// (merge/merged_layers.h).
 void add_node_figures(nlohmann::json& out, const std::vector<Source>& sources,
                       const std::vector<SessionShift>& shifts, int64_t merged_start_ns) {
   nlohmann::json processes = nlohmann::json::array(), anomalies = nlohmann::json::array();
+  // The figures a node's summary keys by pid (device memory; the os layer's mappings, ioctls,
+  // signals and OOM kills) stay with their node: pids of different nodes may be the same.
+  nlohmann::json memory = nlohmann::json::array(), os = nlohmann::json::array();
   // The job's exit: known while every node's is, the first that was not 0.
   bool exit_known = true;
   int exit_code = 0;
@@ -336,6 +342,16 @@ void add_node_figures(nlohmann::json& out, const std::vector<Source>& sources,
     if (!s.summary.is_object()) {
       exit_known = false;  // that node's recorder did not finish
       continue;
+    }
+    if (nlohmann::json m = json_object(s.summary, "memory"); !m.empty()) {
+      m["node"] = s.node;
+      m["session"] = i;
+      memory.push_back(std::move(m));
+    }
+    if (nlohmann::json o = json_object(json_object(s.summary, "layers"), "os"); !o.empty()) {
+      o["node"] = s.node;
+      o["session"] = i;
+      os.push_back(std::move(o));
     }
     for (nlohmann::json p : json_array(s.summary, "processes")) {
       if (!p.is_object()) continue;
@@ -371,6 +387,8 @@ void add_node_figures(nlohmann::json& out, const std::vector<Source>& sources,
     a["scope"] = "job";
     anomalies.push_back(std::move(a));
   }
+  out["memory"] = {{"per_session", std::move(memory)}};
+  if (!os.empty()) out["layers"]["os"]["per_session"] = std::move(os);
   out["processes"] = std::move(processes);
   out["anomalies"] = std::move(anomalies);
   out["exit_code"] = exit_known ? nlohmann::json(exit_code) : nlohmann::json();
@@ -547,13 +565,8 @@ Result<nlohmann::json> merge_sessions(const MergeOptions& options) {
   };
   if (!summary) return give_up(summary.error().message);
   const std::string path = options.out_dir + "/summary.json";
-  {
-    std::ofstream f(path + ".tmp", std::ios::trunc);
-    f << json_text(*summary, 2) << '\n';
-    if (!f.flush()) return give_up(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
-  }
-  if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
-    return give_up(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+  if (auto written = write_file_atomically(path, json_text(*summary, 2) + '\n'); !written) {
+    return give_up(written.error().message);
   }
   return summary;
 }

@@ -60,7 +60,7 @@ class Merge(unittest.TestCase):
         results = [None, None]
 
         def record(k):
-            results[k] = eacgm("record", "-o", cls.nodes[k], "--layers", "cuda,nccl", "--",
+            results[k] = eacgm("record", "-o", cls.nodes[k], "--layers", "cuda,nccl,os", "--",
                                SIMNCCL_JOB, "--ranks", "4", "--nnodes", "2", "--node-rank", str(k),
                                "--nccl-id", nccl_id, "--steps", str(STEPS), "--slow-rank", "3",
                                "--slow-ms", "5")
@@ -217,6 +217,30 @@ class Merge(unittest.TestCase):
                 checked += 1
         db.close()
         self.assertGreater(checked, 4)
+
+    def test_figures_keyed_by_pid_stay_with_their_node(self):
+        # Device memory and the os layer are keyed by pid in a node's summary; pids of two nodes
+        # can be the same, so the merged summary lists them per session, with the node.
+        r = eacgm("merge", *self.nodes, "-o", self.out("merged-per-node"), "--json")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        summary = json.loads(r.stdout)
+        names = [os.path.basename(n) for n in self.nodes]
+        memory = summary["memory"]["per_session"]
+        self.assertEqual([(m["node"], m["session"]) for m in memory],
+                         [(names[0], 0), (names[1], 1)])
+        for i, node in enumerate(self.nodes):
+            with open(os.path.join(node, "summary.json")) as f:
+                own = json.load(f)
+            self.assertEqual({k: v for k, v in memory[i].items() if k not in ("node", "session")},
+                             own["memory"])
+            # Every rank of the node allocated device memory, and the merged entry says how much.
+            self.assertEqual(len(own["memory"]["peak_device_bytes"]), 2)
+            self.assertTrue(all(v > 0 for v in own["memory"]["peak_device_bytes"].values()))
+            self.assertEqual(own["layers"]["os"]["status"], "active")
+            os_layer = summary["layers"]["os"]["per_session"][i]
+            self.assertEqual((os_layer["node"], os_layer["session"]), (names[i], i))
+            self.assertEqual({k: v for k, v in os_layer.items() if k not in ("node", "session")},
+                             own["layers"]["os"])
 
     def test_a_realtime_clock_the_collectives_allow_is_kept(self):
         r = eacgm("merge", self.nodes[0], self.same_clock, "-o", self.out("same"), "--json")
