@@ -112,10 +112,15 @@ Side pool(const std::vector<RunData>& runs, const Measured& measured, const Metr
   return side;
 }
 
-// See Evidence::runs_agree.
-bool runs_agree(const Side& base, const Side& candidate, double base_value, double cand_value) {
+// See Evidence::runs_agree. `margin` is how far beyond counts: the square root of the smallest
+// ratio reported, half of it on a log scale. Merely beyond would let a run that barely differs
+// (x1.001) agree, so that one odd run could make a change alone.
+bool runs_agree(const Side& base, const Side& candidate, double base_value, double cand_value,
+                double margin) {
   const bool up = cand_value > base_value;
-  auto beyond = [up](double v, double than) { return up ? v > than : v < than; };
+  auto beyond = [up, margin](double v, double than) {
+    return up ? v > than * margin : v * margin < than;
+  };
   for (double v : candidate.per_run) {
     if (!beyond(v, base_value)) return false;
   }
@@ -123,6 +128,19 @@ bool runs_agree(const Side& base, const Side& candidate, double base_value, doub
     if (!beyond(cand_value, v)) return false;
   }
   return true;
+}
+
+// For whole-run events: whether the events per run moved the way their rate did, by the same
+// margin. A rate is a count over the run's length, so a run that merely lasted longer or shorter
+// changes it while the job did exactly what it did before (the same start-up mappings, in a run
+// that trained faster): that is a change of the run's length, reported by what slowed it, not of
+// the events.
+bool counts_agree(const Side& base, size_t base_runs, const Side& candidate, size_t candidate_runs,
+                  bool up, double margin) {
+  if (base_runs == 0 || candidate_runs == 0) return false;
+  const double b = static_cast<double>(base.count) / static_cast<double>(base_runs);
+  const double c = static_cast<double>(candidate.count) / static_cast<double>(candidate_runs);
+  return up ? c > b * margin : c * margin < b;
 }
 
 // Seconds per second of the job that the change adds (negative: saves). For collective lateness,
@@ -291,6 +309,7 @@ Comparison compare_runs(const std::vector<RunData>& base, const std::vector<RunD
     }
   }
   size_t matched = 0;  // APIs, operators and kernels called on both sides
+  const double margin = std::sqrt(thresholds.min_ratio);
   const Measured base_measured = measured(base), candidate_measured = measured(candidate);
   for (const MetricKey& key : keys) {
     const MetricInfo info = metric_info(key.metric);
@@ -330,7 +349,9 @@ Comparison compare_runs(const std::vector<RunData>& base, const std::vector<RunD
       // for run-to-run variation.
       test.p = poisson_rate_p(b.count, b.seconds, c.count, c.seconds);
       test.exact = true;
-      agree = runs_agree(b, c, change.base, change.candidate);
+      agree =
+          runs_agree(b, c, change.base, change.candidate, margin) &&
+          counts_agree(b, base.size(), c, candidate.size(), change.candidate > change.base, margin);
     } else if (info.sampling == Sampling::kOutcomes) {
       // The share of runs with the outcome (each run 100 or 0): the rank test's delta is then the
       // difference of the two shares, and the p-value Fisher's, exact for a two-by-two table. A
@@ -353,7 +374,7 @@ Comparison compare_runs(const std::vector<RunData>& base, const std::vector<RunD
       change.base = median(b.samples);
       change.candidate = median(c.samples);
       best_p = smallest_rank_p(b.samples.size(), c.samples.size());
-      agree = runs_agree(b, c, change.base, change.candidate);
+      agree = runs_agree(b, c, change.base, change.candidate, margin);
     }
     change.ratio = ratio_of(change.base, change.candidate);
     change.p = test.p;

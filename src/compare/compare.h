@@ -45,8 +45,10 @@ struct Evidence {
   uint64_t base_count = 0, candidate_count = 0;
   MetricInfo info;
   // With several runs a side, whether every run points the same way: each candidate run beyond
-  // the base side's value and each base run short of the candidate's. One odd run (a noisy
-  // neighbour on the machine) then cannot make a change on its own.
+  // the base side's value and each base run short of the candidate's, by at least the square
+  // root of the smallest ratio reported. One odd run (a noisy neighbour on the machine) then
+  // cannot make a change on its own. For whole-run events, also the events per run: a rate that
+  // moved only because the runs lasted longer or shorter is no change of the events.
   bool runs_agree = true;
   // The smallest p-value the test could give with these many samples, whatever their values (the
   // rank test: 2 / C(n1 + n2, n1)). At or above alpha no outcome could be significant: too few

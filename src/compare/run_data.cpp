@@ -219,11 +219,15 @@ std::string process_key(const RecordedSession& s, uint32_t pid) {
 
 void measure_calls(const LoadedRun& run, const Windows& windows, RunData& out) {
   const RecordedSession& s = *run.session;
-  std::map<uint32_t, std::string> keys;
+  // Each process key is held once, whatever number of processes share it (a rank's DataLoader
+  // workers, workers started again each epoch), and every pid points at it: the slots below are
+  // keyed by its address, so that they pool the calls of all those processes.
+  std::set<std::string> key_names;
+  std::map<uint32_t, const std::string*> keys;
   auto key_of = [&](uint32_t pid) -> const std::string& {
-    auto [it, fresh] = keys.try_emplace(pid);
-    if (fresh) it->second = process_key(s, pid);
-    return it->second;
+    auto [it, fresh] = keys.try_emplace(pid, nullptr);
+    if (fresh) it->second = &*key_names.insert(process_key(s, pid)).first;
+    return *it->second;
   };
   // Names are interned in the session, so their addresses identify them.
   using SlotKey = std::tuple<const std::string*, Layer, const char*>;

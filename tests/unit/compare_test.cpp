@@ -263,6 +263,41 @@ TEST(CompareRuns, EventsUseThePoissonTestOverWholeRuns) {
   EXPECT_FALSE(c.regressions[0].time_share.has_value());
 }
 
+TEST(CompareRuns, ARunThatBarelyDiffersDoesNotAgree) {
+  // Two candidate runs: one clearly slower (x1.5), one a hair slower (x1.02). The pooled windows
+  // differ and every candidate run is beyond the base, but the second by too little to say so:
+  // one run alone makes no change.
+  const Comparison c =
+      compare_runs({synthetic_run("a", 3000, 1), synthetic_run("b", 3000, 2)},
+                   {synthetic_run("c", 4500, 3), synthetic_run("d", 3060, 4)}, 0.1);
+  EXPECT_TRUE(c.regressions.empty());
+  const Comparison both =
+      compare_runs({synthetic_run("a", 3000, 1), synthetic_run("b", 3000, 2)},
+                   {synthetic_run("c", 4500, 3), synthetic_run("d", 4000, 4)}, 0.1);
+  EXPECT_EQ(both.regressions.size(), 1u);
+}
+
+TEST(CompareRuns, EventsPerRunMustMoveWithTheirRate) {
+  // Every run makes the same 1858 start-up mappings; the candidates ran faster, so their rate is
+  // higher: a change of the runs' length, not of the mappings.
+  const MetricKey mmaps{"rank:0", "os", "mmaps", std::string(kEventRate)};
+  std::vector<RunData> base, faster;
+  for (int i = 0; i < 3; ++i) {
+    base.push_back(synthetic_run("a" + std::to_string(i), 3000, i, 50));    // 5 s
+    faster.push_back(synthetic_run("b" + std::to_string(i), 3000, i, 35));  // 3.5 s
+    base.back().metrics[mmaps].count = 1858;
+    faster.back().metrics[mmaps].count = 1858;
+  }
+  const Comparison same_counts = compare_runs(base, faster, 0.1);
+  for (const Change& r : same_counts.regressions) EXPECT_NE(r.key, mmaps);
+  // Twice the mappings in each faster run: more mappings, a regression.
+  for (RunData& r : faster) r.metrics[mmaps].count = 3716;
+  const Comparison more = compare_runs(base, faster, 0.1);
+  size_t found = 0;
+  for (const Change& r : more.regressions) found += r.key == mmaps;
+  EXPECT_EQ(found, 1u);
+}
+
 TEST(CompareRuns, JsonShape) {
   const Comparison c =
       compare_runs({synthetic_run("a", 3000, 1)}, {synthetic_run("b", 4500, 2)}, 0.1);
@@ -363,6 +398,34 @@ TEST(RunData, TorchSelfTimeKernelsAndInnerCalls) {
   // The inner driver call is not a call of its own.
   EXPECT_EQ(values("driver", "cuLaunchKernel", kLatency).count, 0u);
   EXPECT_EQ(values("driver", "foo(float*)", kLaunchLatency).count, 0u);
+}
+
+// Processes that share a key (two DataLoader workers of rank 0) pool their calls: each API's
+// figures cover both, not whichever process came last.
+TEST(RunData, ProcessesOfOneKeyPoolTheirCalls) {
+  TempDir dir("eacgm-compare");
+  {
+    SessionDb db(dir.path().string());
+    db.exec("INSERT INTO processes VALUES (8, 7, 'pt_data_worker', 0, NULL, 'worker')");
+    db.exec("INSERT INTO processes VALUES (9, 7, 'pt_data_worker', 0, NULL, 'worker')");
+    db.row(8, 8, "torch", "aten::add", 1'000, 10'000, 0);
+    db.row(8, 8, "torch", "aten::add", 20'000, 10'000, 0);
+    db.row(9, 9, "torch", "aten::add", 40'000, 30'000, 0);
+    db.row(9, 9, "torch", "aten::mul", 80'000, 5'000, 0);
+  }
+  auto run = load_run(dir.path().string());
+  ASSERT_TRUE(run.ok()) << run.error().message;
+  const RunData data = measure_run(*run, 100'000'000);
+  auto values = [&](const char* what, std::string_view metric) {
+    auto it = data.metrics.find({"worker:rank:0", "torch", what, std::string(metric)});
+    return it == data.metrics.end() ? RunValues{} : it->second;
+  };
+  EXPECT_EQ(values("aten::add", kLatency).count, 3u);
+  EXPECT_EQ(values("aten::add", kLatency).total_ns, 50'000u);
+  EXPECT_EQ(values("aten::add", kLatency).windows, std::vector<double>{10'000});
+  EXPECT_EQ(values("aten::mul", kLatency).count, 1u);
+  // Three of the key's four calls, in its one window, in percent.
+  EXPECT_EQ(values("aten::add", kShare).windows, std::vector<double>{75.0});
 }
 
 TEST(RunData, BadSessionsAreOneLineErrors) {

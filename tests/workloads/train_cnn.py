@@ -8,6 +8,19 @@ labelled, so a test knows exactly which anomaly is right:
                        sample of the data set (so once per epoch: one finding, seen each epoch)
   --fault blocking_read  the training loop blocks 400 ms reading a pipe nobody writes to yet
 
+A change, unlike a fault, lasts the whole run (every step), as an upgrade's would:
+
+  --change none        healthy
+  --change slow_op     the convolutions do more work for the same result: their 3x3 kernels
+                       are padded with zero taps to 11x11 and 7x7 (the padding widened to match,
+                       the zero taps put back to zero after each optimizer step), so every tensor
+                       of the job keeps its shape and its values (the loss is the same to the
+                       last digit) and only the convolution operators take longer: aten::conv2d
+                       and the ops it calls about 1.5x, aten::convolution_backward about 1.8x,
+                       traced by eacgm on a 2-CPU machine. Same values matter: with others (an
+                       11x11 kernel initialised afresh), pooling and ReLU, forward and backward,
+                       took other times too, their work depending on the data.
+
 Prints one line `pid=<main pid>` first, so a test can tell the main process from its workers."""
 import argparse
 import os
@@ -20,6 +33,7 @@ from torch.utils.data import DataLoader, Dataset
 
 FAULT_STEP = 12  # the step at which an injected fault strikes
 FAULT_S = 0.4
+SLOW_KERNELS = (11, 7)  # --change slow_op: the two convolutions' kernels, padded from 3x3
 
 
 class SyntheticImages(Dataset):
@@ -46,6 +60,29 @@ def model_for(kind):
         nn.Flatten(), nn.Linear(16 * 4 * 4, 10))
 
 
+def pad_kernels(model, kernels):
+    """--change slow_op: widens each convolution's 3x3 kernel to the size in `kernels`, with the
+    new taps zero and the padding to match, and returns a function that puts those taps back to
+    zero after each optimizer step. Every tensor of the job keeps its shape and its values (the
+    central taps learn exactly as before); only the convolution operators, forward and backward,
+    do more work."""
+    padded = []
+    with torch.no_grad():
+        for conv, k in zip([m for m in model if isinstance(m, nn.Conv2d)], kernels):
+            o = (k - 3) // 2
+            conv.weight = nn.Parameter(nn.functional.pad(conv.weight, (o, o, o, o)))
+            conv.kernel_size, conv.padding = (k, k), (k // 2, k // 2)
+            mask = torch.zeros_like(conv.weight)
+            mask[:, :, o:o + 3, o:o + 3] = 1
+            padded.append((conv.weight, mask))
+
+    def rezero():
+        with torch.no_grad():
+            for weight, mask in padded:
+                weight.mul_(mask)  # the gradient reaches the zero taps too: drop what it added
+    return rezero
+
+
 def slow_checkpoint():
     time.sleep(FAULT_S)  # the injected fault: a slow function in the main process
 
@@ -67,6 +104,7 @@ def main():
     p.add_argument("--batches", type=int, default=12, help="batches per epoch")
     p.add_argument("--fault", default="none",
                    choices=["none", "slow_main", "slow_worker", "blocking_read"])
+    p.add_argument("--change", default="none", choices=["none", "slow_op"])
     args = p.parse_args()
     print(f"pid={os.getpid()}", flush=True)
     torch.manual_seed(0)
@@ -79,6 +117,7 @@ def main():
         loader_args["persistent_workers"] = True
     loader = DataLoader(data, **loader_args)
     model = model_for(args.model)
+    rezero = pad_kernels(model, SLOW_KERNELS) if args.change == "slow_op" else None
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     loss_fn = nn.CrossEntropyLoss()
     step = 0
@@ -88,6 +127,8 @@ def main():
             loss = loss_fn(model(x), y)
             loss.backward()
             opt.step()
+            if rezero:
+                rezero()
             step += 1
             if step == FAULT_STEP and args.fault == "slow_main":
                 slow_checkpoint()
