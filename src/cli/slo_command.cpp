@@ -149,7 +149,8 @@ void add_slo_command(CLI::App& app, std::function<int()>& run) {
                   "(default per metric: docs/SLO.md)")
       ->check(bounded(0, 100, "(a fraction: 0.5 is 50%)"));
   fit->add_option("--min-calls", fit_args->min_calls,
-                  "calls an API needs in every run and phase for a p90 latency objective")
+                  "calls an API needs in every run and phase for an objective on its own calls "
+                  "(p90 latency, self time, calls/s, share of calls)")
       ->capture_default_str()
       ->check(bounded(1, 1e12, "calls"));
   fit->callback([fit_args, &run] {

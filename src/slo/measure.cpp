@@ -102,6 +102,43 @@ std::map<compare::MetricKey, Tail> tails(const RecordedSession& s, uint64_t from
   return out;
 }
 
+// An API's calls per second in each window of its process's pace: compare's "share of calls" of
+// the API times the process's "calls/s". Both cover the same windows, those in which the process
+// was active (compare/run_data.cpp), except that the shares leave out the windows in which the
+// process made no call at all, whose rate is 0. So the rates are the API's own counts over the
+// windows' lengths, windowed exactly as the process's pace is. nullopt when the two do not line up
+// (a process with no pace).
+std::optional<std::vector<double>> api_call_rates(const compare::RunData& data,
+                                                  const compare::MetricKey& share,
+                                                  const std::vector<double>& shares) {
+  const auto pace =
+      data.metrics.find({share.process, "all", "all calls", std::string(compare::kPace)});
+  if (pace == data.metrics.end()) return std::nullopt;
+  std::vector<double> rates;
+  size_t next = 0;
+  for (const double all : pace->second.windows) {
+    if (all <= 0) {
+      rates.push_back(0);
+      continue;
+    }
+    if (next == shares.size()) return std::nullopt;
+    rates.push_back(all * shares[next++] / 100);
+  }
+  if (next != shares.size()) return std::nullopt;
+  return rates;
+}
+
+// The windows of a per-call statistic (compare's per-window medians, in window order) without
+// the first and the last when there are more than four, as compare cuts a process's rates and
+// memory (its Active::range): an operator's first window holds the first calls of the job's
+// steps, whose first one pays for lazy set-up (measured on train_softmax.py: a 334 us first
+// aten::nll_loss against 3.5 us after), and often little else; when that window holds one call,
+// its median is that call, and with ten windows a P90 is a fifth of the way to it.
+std::vector<double> inner_windows(const std::vector<double>& windows) {
+  if (windows.size() <= 4) return windows;
+  return {windows.begin() + 1, windows.end() - 1};
+}
+
 }  // namespace
 
 double quantile(std::vector<double> values, double q) {
@@ -162,10 +199,30 @@ Observed observe(const SessionMeasure& m) {
   out.dir = m.dir;
   out.seconds = m.seconds;
   auto windowed = [&](Phase phase, const compare::RunData& data) {
+    // P90 of the windows for an upper bound, P10 for a lower one.
+    auto put = [&](const compare::MetricKey& k, std::string_view metric,
+                   const std::vector<double>& windows, uint64_t count) {
+      if (windows.empty()) return;
+      const Bound bound = metric_rule(metric)->bound;
+      out.values[{phase, k.process, k.layer, k.what, std::string(metric)}] =
+          Observation{quantile(windows, bound == Bound::kUpper ? 0.9 : 0.1), count, windows.size()};
+    };
     for (const auto& [k, v] : data.metrics) {
       std::string_view metric;
+      if (k.metric == compare::kShare) {
+        // Each API, operator or function: its share of its process's calls (a storm of it) and
+        // its own calls per second (a drop).
+        put(k, kCallShare, v.windows, v.count);
+        if (const auto rates = api_call_rates(data, k, v.windows)) {
+          put(k, kCallRate, *rates, v.count);
+        }
+        continue;
+      }
       if (k.metric == compare::kPace) {
         metric = kCallRate;
+      } else if (k.metric == compare::kSelfTime) {
+        put(k, kSelfTime, inner_windows(v.windows), v.count);
+        continue;
       } else if (k.metric == compare::kMemoryPeak) {
         metric = kDeviceMemory;
       } else if (k.metric == compare::kGpuUtil) {
@@ -179,10 +236,7 @@ Observed observe(const SessionMeasure& m) {
       } else {
         continue;
       }
-      if (v.windows.empty()) continue;
-      const Bound bound = metric_rule(metric)->bound;
-      out.values[{phase, k.process, k.layer, k.what, std::string(metric)}] = Observation{
-          quantile(v.windows, bound == Bound::kUpper ? 0.9 : 0.1), v.count, v.windows.size()};
+      put(k, metric, v.windows, v.count);
     }
   };
   windowed(Phase::kStartup, m.startup);

@@ -53,9 +53,10 @@ SessionMeasure measure_session(const compare::LoadedRun& run, const Windows& win
 
 // The statistic of every key with data: P90 of the windows for an upper bound, P10 for a lower
 // one (the value the run stayed on the good side of nine windows in ten), p90 of the calls for
-// latency, the
-// whole-run rate for events. Anomaly rates are per job (summed over processes), with a zero for
-// every kind that matters on an active layer (docs/SLO.md) even when none was seen.
+// latency, the whole-run rate for events. Each API's calls per second come from compare's share
+// of calls times its process's pace, so they are windowed as the pace is. Anomaly rates are per
+// job (summed over processes), with a zero for every kind that matters on an active layer
+// (docs/SLO.md) even when none was seen.
 Observed observe(const SessionMeasure& m);
 
 // The q-quantile (0 to 1) of `values`, interpolated between the nearest ranks; 0 for none.

@@ -155,6 +155,14 @@ std::string render_rules(const Slo& slo, const RulesOptions& options) {
       comments += unexpressed(o,
                               "serve's call counters carry no process; a node-wide rate mixes "
                               "jobs and reads 0 between them");
+    } else if (k.metric == kCallShare) {
+      comments += unexpressed(o,
+                              "serve's call counters carry no process; a node-wide share mixes "
+                              "the job's processes with each other and with other jobs");
+    } else if (k.metric == kSelfTime) {
+      comments += unexpressed(o,
+                              "serve's latency histograms hold each operator's whole time, not "
+                              "its self time");
     } else if (k.metric == kEventRate) {
       comments += unexpressed(o, "serve exports no count of these events");
     } else if (k.metric == kCollectiveLateness) {

@@ -40,6 +40,25 @@ std::string describe(const ObjectiveKey& k) {
   return fmt::format("{} {} [{}] {} {}", k.layer, k.what, k.process, phase_name(k.phase), k.metric);
 }
 
+// What needs `min_calls` calls of one API in every run and phase, named for a skip reason: the
+// statistics of an API's own calls. Fewer calls than that make a tail, a median or a per-window
+// rate of a few calls, which moves by chance from run to run. Empty for the others (a process's
+// calls taken together, readings, whole-run counts).
+std::string_view min_calls_for(const ObjectiveKey& k) {
+  if (k.metric == kTailLatency) return "a p90";
+  if (k.metric == kSelfTime) return "a self time";
+  if (k.metric == kCallRate && k.layer != "all") return "an API's call rate";
+  if (k.metric == kCallShare) return "a share of calls";
+  return {};
+}
+
+// Whether an observation over fewer than `min_calls` calls is too little to judge at all: a time
+// of a few calls is chance. A rate or share of a few calls is not: an API called less than it was
+// is a rate drop, which its objective must see.
+bool judged_on_few_calls(const ObjectiveKey& k) {
+  return k.metric != kTailLatency && k.metric != kSelfTime;
+}
+
 nlohmann::ordered_json window_json(Phase phase, const Windows& w) {
   nlohmann::ordered_json j;
   j["phase"] = phase_name(phase);
@@ -187,6 +206,16 @@ std::optional<MetricRule> metric_rule(std::string_view metric) {
   if (metric == kCallRate) {
     return MetricRule{"/s", Bound::kLower, "P10 of the windows' call rates", 0.5};
   }
+  // A share does not move with the machine's load, but it moves with the mix of a window's calls
+  // (a window holding a data loader's burst): half again, as the rates.
+  if (metric == kCallShare) {
+    return MetricRule{"%", Bound::kUpper, "P90 of the windows' shares of the process's calls", 0.5};
+  }
+  // A self time is a latency less that of nested calls: the same tolerance.
+  if (metric == kSelfTime) {
+    return MetricRule{"ns", Bound::kUpper,
+                      "P90 of the windows' median self time, the first and last left out", 0.5};
+  }
   if (metric == kDeviceMemory) {
     return MetricRule{"bytes", Bound::kUpper, "P90 of the windows' peaks", 0.1};
   }
@@ -239,8 +268,9 @@ Slo fit(const std::vector<Observed>& runs, const FitOptions& options) {
         break;
       }
       const Observation& o = it->second;
-      if (key.metric == kTailLatency && o.count < options.min_calls) {
-        reason = fmt::format("{} calls in {}: a p90 needs at least {}", o.count, r.dir,
+      if (const std::string_view needs = min_calls_for(key);
+          !needs.empty() && o.count < options.min_calls) {
+        reason = fmt::format("{} calls in {}: {} needs at least {}", o.count, r.dir, needs,
                              options.min_calls);
         break;
       }
@@ -266,6 +296,16 @@ Slo fit(const std::vector<Observed>& runs, const FitOptions& options) {
       reason = fmt::format(
           "healthy runs from {} to {}: the margin leaves a lower bound of 0, which holds nothing",
           format_value(*lo, rule.unit), format_value(*hi, rule.unit));
+    }
+    // The same at the other end of a share: no window's share can pass 100 %, so a bound there
+    // holds nothing (a process whose calls are mostly one API: a storm of it barely moves its
+    // share; its rate and the process's other APIs' rates say more).
+    if (reason.empty() && key.metric == kCallShare &&
+        *hi + std::max(options.tolerance.value_or(rule.tolerance) * *hi, *hi - *lo) >= 100) {
+      reason = fmt::format(
+          "healthy runs up to {}: the margin takes an upper bound to 100 % or more, which holds "
+          "nothing",
+          format_value(*hi, rule.unit));
     }
     if (!reason.empty()) {
       slo.skipped.push_back({key, std::move(reason)});
@@ -295,6 +335,11 @@ Slo fit(const std::vector<Observed>& runs, const FitOptions& options) {
         o.rule += fmt::format(", raised to {} ({} events over the shortest run)",
                               format_value(floor, o.unit), options.min_events);
       }
+    }
+    if (key.metric == kSelfTime && options.min_self_time_ns > o.threshold) {
+      o.threshold = options.min_self_time_ns;
+      o.rule += fmt::format(", raised to {} (below it, a self time is mostly the probes' cost)",
+                            format_value(options.min_self_time_ns, o.unit));
     }
     if (key.metric == kCollectiveLateness && options.min_lateness_ns > o.threshold) {
       o.threshold = options.min_lateness_ns;
@@ -332,10 +377,12 @@ SessionVerdicts check(const Slo& slo, const Observed& run) {
     const auto it = run.values.find(o.key);
     if (it == run.values.end()) {
       if (o.key.metric == kCallRate) {
-        // A process role that made no call at all is the worst call rate, not a missing one.
+        // A process role that made no call at all, or no call of an API it called in every
+        // healthy run, is the worst call rate, not a missing one.
         v.state = Verdict::State::kViolated;
         v.observed = Observation{};
-        v.reason = "no calls of this process in this phase";
+        v.reason = o.key.layer == "all" ? "no calls of this process in this phase"
+                                        : "no calls of this API in this phase";
       } else {
         v.state = Verdict::State::kNotJudged;
         v.reason = "not seen in this session";
@@ -343,10 +390,10 @@ SessionVerdicts check(const Slo& slo, const Observed& run) {
     } else {
       v.observed = it->second;
       const double x = it->second.value;
-      if (o.key.metric == kTailLatency && it->second.count < slo.options.min_calls) {
+      if (!judged_on_few_calls(o.key) && it->second.count < slo.options.min_calls) {
         v.state = Verdict::State::kNotJudged;
-        v.reason = fmt::format("{} calls: a p90 needs at least {}", it->second.count,
-                               slo.options.min_calls);
+        v.reason = fmt::format("{} calls: {} needs at least {}", it->second.count,
+                               min_calls_for(o.key), slo.options.min_calls);
       } else if (o.bound == Bound::kUpper ? x > o.threshold : x < o.threshold) {
         v.state = Verdict::State::kViolated;
       }

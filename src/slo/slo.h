@@ -38,7 +38,17 @@ std::string_view bound_name(Bound bound);
 
 // The metrics an SLO can hold (ObjectiveKey::metric).
 inline constexpr std::string_view kTailLatency = "p90 latency";
+// Calls per second: of every traced call of a process role (layer `all`, what `all calls`), and of
+// each API, operator or function of it. A lower bound: a rollout that slows a job down, or stops
+// it calling something, loses calls per second.
 inline constexpr std::string_view kCallRate = "calls/s";
+// Each API's share of its process role's calls, in percent: the upper bound that holds a storm of
+// one API (ten times the cudaMalloc calls, the seed's MAP_POPULATE storm). Not an upper bound on
+// the rate: a job that merely runs faster raises every API's rate, and never its share.
+inline constexpr std::string_view kCallShare = "share of calls";
+// A torch operator's self time (its own time less that of the traced calls nested in it), as
+// compare measures it: the median of each window's calls.
+inline constexpr std::string_view kSelfTime = "self time";
 inline constexpr std::string_view kDeviceMemory = "device memory peak";
 inline constexpr std::string_view kGpuUtilization = "utilization";
 inline constexpr std::string_view kGpuMemory = "memory used";
@@ -97,13 +107,21 @@ struct Windows {
 struct FitOptions {
   Windows windows;
   std::optional<double> tolerance;  // overrides every metric's own
-  uint64_t min_calls = 100;         // per run and phase, for a p90 latency
-  size_t min_windows = 3;           // per run and phase, for a windowed statistic
-  uint64_t min_events = 10;         // an event rate's floor: this many over the shortest run
+  // Per run and phase, for what rests on one API's calls: a p90 latency, a self time, an API's
+  // call rate and its share of calls.
+  uint64_t min_calls = 100;
+  size_t min_windows = 3;    // per run and phase, for a windowed statistic
+  uint64_t min_events = 10;  // an event rate's floor: this many over the shortest run
   // A lateness threshold's floor. Healthy ranks are late by scheduling jitter (microseconds) that
   // moves with the machine's load; below a millisecond no rank is waited for in a way that costs
   // a job (the straggler detector's own floor, CollectiveTracker::Options).
   double min_lateness_ns = 1e6;
+  // A self time threshold's floor. An operator's self time holds the probe traps of the traced
+  // calls nested in it (their entry and return, 1 to 3.4 us a hit on these hosts, DESIGN.md),
+  // which its children's own times count only in part: a wrapper such as aten::nll_loss has 3 us of
+  // self time that is mostly the tracer's, and that moved by up to 1.9 times between runs of one
+  // job on a busy host. Below 20 us a self time says more about the host than about the operator.
+  double min_self_time_ns = 20e3;
 };
 
 struct Objective {

@@ -1,10 +1,17 @@
 """bpf: `eacgm slo` on real recordings of one simulated training job (simtrain under the simulated
 CUDA runtime and NVML): baselines fitted from three healthy runs hold for a fourth healthy run (exit
-0); a run whose kernel launches are much slower violates cudaLaunchKernel's p90 latency, and a run
-that leaks device memory violates the device memory objective (exit 1, naming them, with the
-observed value and the threshold); bad input is exit 2 with a one-line message; the Prometheus
-rules pass `promtool check rules`, and `promtool test rules` fires the latency alert, alone, on a
-synthetic series of slow launches. The recordings are short (about 1.3 s each) and shared."""
+0), and for a run that got faster; a run whose kernel launches are much slower violates
+cudaLaunchKernel's p90 latency, a run that leaks device memory violates the device memory
+objective, and a run whose steps stall violates every call rate objective, each API's and each
+process's, and nothing else (exit 1, naming them, with the observed value and the threshold); bad
+input is exit 2 with a one-line message; the Prometheus rules pass `promtool check rules`, and
+`promtool test rules` fires the latency alert, alone, on a synthetic series of slow launches. The
+recordings are short (about 1.3 s each) and shared.
+
+Then a real job, when Debian's python3-torch is installed: tests/workloads/train_softmax.py (a
+PyTorch CNN trained from a DataLoader) fitted from three healthy runs, with each torch operator's
+self time, latency and call rate; a fourth healthy run holds, and a run whose one softmax has a
+bigger input violates that softmax's objectives alone."""
 import json
 import os
 import shutil
@@ -22,6 +29,14 @@ JOB = ["--ranks", "2", "--steps", "400", "--step-us", "2000"]
 # cudaLaunchKernel's simulated latency from 3 us to 20 us: every launch much slower.
 SLOW_LAUNCH = "latency cudaLaunchKernel 20us"
 LEAK_BYTES = str(1 << 20)  # one more 1 MiB cudaMalloc per step, never freed
+# Every step stalls 20 ms longer on the host (a data loader that cannot keep up): 23 ms a step or
+# more instead of about 3, so every API is called at most a seventh as often, and in the same mix.
+# 120 steps: each API called at every step has more than 100 calls in the steady state, so its
+# latency is judged too.
+STALL = ["--steps", "120", "--stall-from-step", "1", "--stall-ms", "20"]
+# The same job with 1 ms of host work a step instead of 2: every call rate up by a third or more,
+# each API's share of the calls the same. A job that got faster is no violation.
+FASTER = ["--steps", "550", "--step-us", "1000"]
 SIM_NVML = os.path.join(SIM_LIB_DIR, "libnvidia-ml.so.1")
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 # serve's latency buckets (src/serve/exposition.h): 1-2.5-5 per decade, 1 us to 10 s.
@@ -41,6 +56,8 @@ class Slo(unittest.TestCase):
         cls.healthy = [cls.record_simtrain(f"healthy{i}") for i in range(4)]
         cls.slow = cls.record_simtrain("slow", [SLOW_LAUNCH])
         cls.leak = cls.record_simtrain("leak", (), ["--leak-bytes", LEAK_BYTES])
+        cls.stalled = cls.record_simtrain("stalled", (), STALL)
+        cls.faster = cls.record_simtrain("faster", (), FASTER)
         cls.slo = os.path.join(cls.shared, "slo.json")
         fit = eacgm("slo", "fit", *cls.healthy[:3], "-o", cls.slo)
         assert fit.returncode == 0, fit.stdout + fit.stderr
@@ -98,8 +115,35 @@ class Slo(unittest.TestCase):
             self.assertGreaterEqual(min(latency[0]["evidence"]["counts"]), 100)
             memory = self.objectives(metric="device memory peak", process=rank, phase="steady")
             self.assertEqual(len(memory), 1, rank)
-            rate = self.objectives(metric="calls/s", process=rank, phase="steady")
+            rate = self.objectives(metric="calls/s", what="all calls", process=rank,
+                                   phase="steady")
             self.assertEqual(rate[0]["bound"], "lower")
+            # Each API simtrain calls at every step has its own call rate (a lower bound) and
+            # share of the calls (an upper bound); those called a few times a run are skipped,
+            # saying why.
+            for api in ("cudaLaunchKernel", "cudaMalloc", "cudaFree", "cudaMemcpyAsync",
+                        "cudaMemsetAsync", "cudaStreamSynchronize"):
+                rate = self.objectives(metric="calls/s", what=api, process=rank, phase="steady")
+                self.assertEqual(len(rate), 1, (api, rank))
+                self.assertEqual((rate[0]["bound"], rate[0]["unit"], rate[0]["layer"]),
+                                 ("lower", "/s", "cuda"))
+                self.assertGreater(rate[0]["threshold"], 0, rate[0])
+                share = self.objectives(metric="share of calls", what=api, process=rank,
+                                        phase="steady")
+                self.assertEqual(len(share), 1, (api, rank))
+                self.assertEqual((share[0]["bound"], share[0]["unit"]), ("upper", "%"))
+                self.assertLess(share[0]["threshold"], 100, share[0])
+            launches = self.objectives(metric="share of calls", what="cudaLaunchKernel",
+                                       process=rank, phase="steady")[0]
+            # 5 of about 14 calls a step.
+            for value in launches["evidence"]["values"]:
+                self.assertAlmostEqual(value, 100 * 5 / 14.1, delta=1.5)
+            for metric in ("calls/s", "share of calls"):
+                few = [s for s in self.spec["skipped"] if s["what"] == "cudaDeviceSynchronize"
+                       and s["metric"] == metric and s["process"] == rank
+                       and s["window"]["phase"] == "steady"]
+                self.assertEqual(len(few), 1, (metric, rank))
+                self.assertRegex(few[0]["reason"], r"^\d+ calls in .*: .* needs at least 100$")
         util = self.objectives(metric="utilization", layer="gpu", phase="steady")
         self.assertEqual(sorted(o["what"] for o in util), ["device 0", "device 1"],
                          json.dumps(self.spec["objectives"], indent=1)[:3000])
@@ -157,6 +201,49 @@ class Slo(unittest.TestCase):
         self.assertEqual(proc.returncode, 1)
         self.assertIn("memory device memory [rank:0] steady device memory peak", proc.stdout)
 
+    def test_stalled_steps_violate_every_call_rate_and_nothing_else(self):
+        report = self.check(self.stalled, expect=1)
+        violations = report["sessions"][0]["violations"]
+        ids = sorted(v["id"] for v in violations)
+        # The job calls the same APIs in the same mix, as fast, with no more memory: every
+        # violation is a call rate. One side effect is real and allowed: a step that begins after
+        # 20 ms of sleep finds its CPU's caches cold (other processes ran there), and the first
+        # of its three cudaMallocs is slower; measured here, cudaMalloc's p90 rose from 12 us to
+        # 16-21 us after stalls of 8 to 20 ms, around its threshold (every other API stayed
+        # within a tenth of its healthy p90).
+        cold = {f"steady/p90_latency/cuda/cudaMalloc/rank:{r}" for r in (0, 1)}
+        self.assertEqual([v["id"] for v in violations
+                          if v["metric"] != "calls/s" and v["id"] not in cold], [],
+                         json.dumps(violations, indent=1))
+        # And every steady call rate objective that a drop to a seventh must cross is violated:
+        # each API's on both ranks, and the ranks' own. The others were fitted from healthy runs
+        # whose rates spread so far (on a busy machine, one run's slowest windows at 0.6 of
+        # another's) that the margin took their threshold below a sixth of the best healthy
+        # value: they hold a stall this deep by their own rule (docs/SLO.md, The threshold).
+        rates = self.objectives(metric="calls/s", phase="steady")
+        self.assertEqual(len(rates), 14, rates)  # 2 ranks x (6 APIs + all calls)
+        expected = sorted(o["id"] for o in rates
+                          if o["threshold"] > max(o["evidence"]["values"]) / 6)
+        self.assertGreater(len(expected), 0, json.dumps(rates, indent=1))
+        self.assertEqual([i for i in ids if i.startswith("steady/") and i not in cold
+                          and i in expected], expected, json.dumps(rates, indent=1))
+        for v in violations:
+            if v["id"] in cold:
+                continue
+            self.assertEqual(v["bound"], "lower")
+            self.assertLess(v["observed"], v["threshold"], v)
+            self.assertLess(v["by"], 0, v)
+        proc = eacgm("slo", "check", self.slo, self.stalled)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("cuda cudaLaunchKernel [rank:0] steady calls/s: ", proc.stdout)
+        self.assertIn("below the threshold", proc.stdout)
+
+    def test_a_faster_job_holds(self):
+        # Rates have no upper bound: a job that got faster (every API called more often, in the
+        # same mix) is no violation; a storm of one API is its share of the calls.
+        report = self.check(self.faster, expect=0)
+        self.assertEqual(report["sessions"][0]["violations"], [])
+
     def test_bad_input_is_exit_2_with_one_line(self):
         def assertBad(args, fragment):
             proc = eacgm("slo", *args)
@@ -198,6 +285,9 @@ class Slo(unittest.TestCase):
         self.assertIn("eacgm_process_device_memory_bytes", text)
         self.assertIn("eacgm_gpu_util_ratio", text)
         self.assertIn("# Objectives with no rule here", text)
+        # serve's call counters carry no process: per-API rates and shares are comments.
+        self.assertIn("#   steady/calls_per_s/cuda/cudaLaunchKernel/rank:0 (threshold", text)
+        self.assertIn("#   steady/share_of_calls/cuda/cudaMalloc/rank:1 (threshold", text)
         if not os.path.exists(PROMTOOL):
             self.skipTest("promtool is not installed (Debian's prometheus package)")
         proc = subprocess.run([PROMTOOL, "check", "rules", rules], capture_output=True,
@@ -293,8 +383,11 @@ class SloNccl(eacgm_testlib.SharedRecordingsTest):
         for rank in range(4):
             late = ids[f"steady/collective_lateness/nccl/all_collectives/rank:{rank}"]
             self.assertEqual(late["bound"], "upper")
-            # Healthy ranks are late by microseconds: the threshold is the 1 ms floor.
-            self.assertEqual(late["threshold"], 1e6)
+            # Healthy ranks are late by microseconds on a quiet machine, and the threshold is then
+            # the 1 ms floor; a busy one (a build beside the suite) can make the worst healthy
+            # value plus its margin pass it. Never below the floor, and raised only to it.
+            self.assertGreaterEqual(late["threshold"], 1e6)
+            self.assertEqual("raised to" in late["rule"], late["threshold"] == 1e6, late)
             # Bandwidth includes waiting for peers: on a busy machine the healthy runs may spread
             # too far for a lower bound, and then it is skipped, saying why; never a bound of 0.
             bandwidth = ids.get(f"steady/bandwidth/nccl/ncclAllReduce/rank:{rank}")
@@ -319,6 +412,106 @@ class SloNccl(eacgm_testlib.SharedRecordingsTest):
         self.assertGreater(late, 2e6, violations)
         self.assertEqual(max(violations, key=violations.get),
                          "steady/collective_lateness/nccl/all_collectives/rank:2", violations)
+
+
+class SloTorch(eacgm_testlib.SharedRecordingsTest):
+    """Torch operators' objectives on a real job: tests/workloads/train_softmax.py (train_cnn.py's
+    CNN, trained from a DataLoader worker, with a softmax of a score buffer after each step),
+    recorded with the torch layer. Fitted from three healthy runs, every operator the main process
+    calls at each step has a self time (an upper bound), a p90 latency, a call rate (unless the
+    healthy runs' paces spread too far for a lower bound) and a share of the calls; a fourth
+    healthy run holds them all, and a run whose softmax has a buffer 30 times
+    bigger (still small: 80 KB) violates the objectives of that softmax alone.
+
+    The fit's margin is 75 % (`--tolerance 0.75`), not the default 50 %: this job is CPU-bound,
+    and this machine's two vCPUs are shared with other builds. Measured on 18 healthy runs of
+    this job (each checked against fits of three others, 60 checks): with 50 %, 4 checks failed,
+    a run that spent half its length at a third of its pace while another job held the CPUs and
+    runs at half the slowest fitted run's pace; with 75 %, none did. The softmax's slowdown is
+    ten times its healthy self time and more."""
+    shared_prefix = "eacgm-slo-torch-"
+    PYTHON = "/usr/bin/python3.11"
+    SCRIPT = os.path.join(os.path.dirname(__file__), "..", "workloads", "train_softmax.py")
+    MAIN = "comm:python3.11"
+
+    @classmethod
+    def setUpClass(cls):
+        if subprocess.run([cls.PYTHON, "-c", "import torch"], capture_output=True).returncode:
+            raise unittest.SkipTest("needs Debian's python3-torch for /usr/bin/python3.11")
+        super().setUpClass()
+        cls.healthy = [cls.record(f"healthy{i}") for i in range(4)]
+        cls.slow = cls.record("slow", ["--score-rows", "2000"])
+        cls.slo = os.path.join(cls.shared, "slo.json")
+        fit = eacgm("slo", "fit", *cls.healthy[:3], "-o", cls.slo, "--tolerance", "0.75")
+        assert fit.returncode == 0, fit.stdout + fit.stderr
+        with open(cls.slo) as f:
+            cls.spec = json.load(f)
+
+    @classmethod
+    def record(cls, name, extra_args=()):
+        out = os.path.join(cls.shared, name)
+        # One epoch of 400 steps (about 2 s after torch's import), so that the operators are
+        # called in most of the steady state's windows; one DataLoader worker process.
+        proc = subprocess.run([EACGM, "record", "-q", "-o", out, "--layers", "torch", "--",
+                               cls.PYTHON, cls.SCRIPT, "--workers", "1", "--epochs", "1",
+                               "--batches", "400", *extra_args],
+                              capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return out
+
+    def objective(self, metric, what):
+        found = [o for o in self.spec["objectives"] if o["metric"] == metric and o["what"] == what
+                 and o["process"] == self.MAIN and o["window"]["phase"] == "steady"]
+        self.assertEqual(len(found), 1, (metric, what))
+        return found[0]
+
+    def test_fit_holds_each_operators_self_time(self):
+        for op in ("aten::mkldnn_convolution", "aten::convolution_backward", "aten::addmm",
+                   "aten::_softmax", "aten::softmax.int", "aten::_log_softmax"):
+            self_time = self.objective("self time", op)
+            self.assertEqual((self_time["layer"], self_time["bound"], self_time["unit"]),
+                             ("torch", "upper", "ns"))
+            self.assertEqual(self_time["statistic"],
+                             "P90 of the windows' median self time, the first and last left out")
+            self.assertGreaterEqual(min(self_time["evidence"]["counts"]), 100)
+            self.assertGreater(self_time["threshold"], max(self_time["evidence"]["values"]))
+            self.assertEqual(self.objective("p90 latency", op)["bound"], "upper")
+            # A call rate, unless the healthy runs' paces spread so far (one at less than half
+            # another's, when another job takes the CPUs) that the margin leaves a lower bound
+            # of 0: then it is skipped, saying so, as the NCCL bandwidth above.
+            rate = [o for o in self.spec["objectives"] if o["metric"] == "calls/s"
+                    and o["what"] == op and o["process"] == self.MAIN]
+            if rate:
+                self.assertEqual(rate[0]["bound"], "lower")
+                self.assertGreater(rate[0]["threshold"], 0)
+            else:
+                skipped = [s for s in self.spec["skipped"] if s["metric"] == "calls/s"
+                           and s["what"] == op and s["process"] == self.MAIN]
+                self.assertEqual(len(skipped), 1, op)
+                self.assertIn("lower bound of 0", skipped[0]["reason"])
+
+    def test_healthy_run_holds(self):
+        proc = eacgm("slo", "check", self.slo, self.healthy[3], "--json")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        report = json.loads(proc.stdout)
+        self.assertEqual(report["sessions"][0]["violations"], [])
+        self.assertGreaterEqual(report["sessions"][0]["held"], 60, report)
+
+    def test_a_bigger_softmax_violates_its_own_objectives_alone(self):
+        proc = eacgm("slo", "check", self.slo, self.slow, "--json")
+        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        violations = json.loads(proc.stdout)["sessions"][0]["violations"]
+        ids = {v["id"] for v in violations}
+        # The kernel's self time and latency, and the latency of the operator around it, whose
+        # own self time moves by a few microseconds at most (cold caches after the kernel: 5 us
+        # healthy, up to 8.5 us measured), under the 20 us floor of a self time threshold.
+        kernel = {f"steady/self_time/torch/aten::_softmax/{self.MAIN}",
+                  f"steady/p90_latency/torch/aten::_softmax/{self.MAIN}",
+                  f"steady/p90_latency/torch/aten::softmax.int/{self.MAIN}"}
+        self.assertEqual(ids, kernel, json.dumps(violations, indent=1))
+        self_time = next(v for v in violations
+                         if v["id"] == f"steady/self_time/torch/aten::_softmax/{self.MAIN}")
+        self.assertGreater(self_time["ratio"], 3, self_time)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -339,6 +340,293 @@ TEST(SloCheck, MissingDataIsNotJudgedButASilentProcessViolates) {
   }
   EXPECT_EQ(not_judged, 2u);
   EXPECT_EQ(v.violated(), 1u);
+}
+
+// Per-API objectives: rank 0 of run() calls `what` at `share` percent of its calls in every
+// steady window (so at share % of its pace: share % of 1000 to 1190 calls/s), `calls` times in
+// the phase; for a torch operator, with a median self time of `self_ns` in its windows but two in
+// the middle, which are twice as slow, and the first, which holds the operator's first call alone
+// (ten times as slow: the lazy set-up of a first call).
+void add_api(SessionMeasure& m, const std::string& layer, const std::string& what, double share,
+             uint64_t calls, double self_ns = 0) {
+  m.steady.metrics[metric("rank:0", layer, what, compare::kShare)] = {
+      std::vector<double>(20, share), calls, 0};
+  if (self_ns > 0) {
+    std::vector<double> self(20, self_ns);
+    self[0] = 10 * self_ns;
+    self[9] = self[10] = 2 * self_ns;
+    m.steady.metrics[metric("rank:0", layer, what, compare::kSelfTime)] = {self, calls, 0};
+  }
+}
+
+// Three healthy runs at three paces (0.9, 1.0 and 1.1 times run()'s) whose launches are 36 % of
+// their calls, cudaMalloc 1 %, cudaMemcpy 0.1 % (100 calls over the run: a rate of a few calls a
+// window), and aten::conv2d 5 % with a median self time of 50, 55 and 52 us.
+Slo per_api_slo() {
+  std::vector<Observed> runs;
+  const double paces[] = {1.0, 0.9, 1.1};
+  const double self[] = {50e3, 55e3, 52e3};
+  for (int i = 0; i < 3; ++i) {
+    SessionMeasure m = run(fmt::format("h{}", i + 1), 4000, paces[i]);
+    add_api(m, "cuda", "cudaLaunchKernel", 36, 7200);
+    add_api(m, "cuda", "cudaMalloc", 1, 200);
+    add_api(m, "cuda", "cudaMemcpy", 0.1, 20);
+    add_api(m, "torch", "aten::conv2d", 5, 1000, self[i]);
+    runs.push_back(observe(m));
+  }
+  return fit(runs, options());
+}
+
+TEST(SloStatistics, AnApisRateIsItsShareOfThePace) {
+  // run()'s pace is 1000 + 10 i calls/s in window i; launches are 36 % of the calls: their rate's
+  // P10 is 36 % of the pace's (1019), their share's P90 is 36 %.
+  SessionMeasure m = run("r", 4000);
+  add_api(m, "cuda", "cudaLaunchKernel", 36, 7200);
+  const Observed o = observe(m);
+  const auto at = [&](std::string_view name) {
+    return o.values.at({Phase::kSteady, "rank:0", "cuda", "cudaLaunchKernel", std::string(name)});
+  };
+  EXPECT_NEAR(at(kCallRate).value, 0.36 * 1019, 1e-9);
+  EXPECT_EQ(at(kCallRate).count, 7200u);
+  EXPECT_EQ(at(kCallRate).windows, 20u);
+  EXPECT_DOUBLE_EQ(at(kCallShare).value, 36);
+
+  // A window in which the process made no call has a pace of 0 and no share: the API's rate
+  // there is 0, and the shares of the other windows stay with their own windows.
+  SessionMeasure gap;
+  gap.dir = "gap";
+  gap.seconds = 2;
+  gap.steady.metrics[metric("rank:0", "all", "all calls", compare::kPace)] = {
+      {100, 0, 200, 300}, 300, 0};
+  gap.steady.metrics[metric("rank:0", "cuda", "cudaMalloc", compare::kShare)] = {
+      {10, 50, 20}, 80, 0};
+  const Observed g = observe(gap);
+  const Observation rate =
+      g.values.at({Phase::kSteady, "rank:0", "cuda", "cudaMalloc", std::string(kCallRate)});
+  EXPECT_EQ(rate.windows, 4u);
+  // The rates are 10, 0, 100 and 60 a second: P10 is 0 + 0.3 * (10 - 0).
+  EXPECT_DOUBLE_EQ(rate.value, 3);
+  // Shares that do not line up with the pace's windows give no rate (never a shifted one).
+  gap.steady.metrics[metric("rank:0", "cuda", "cudaMalloc", compare::kShare)].windows.push_back(5);
+  EXPECT_EQ(observe(gap).values.count(
+                {Phase::kSteady, "rank:0", "cuda", "cudaMalloc", std::string(kCallRate)}),
+            0u);
+}
+
+TEST(SloStatistics, ASelfTimeLeavesOutItsFirstAndLastWindowsWhenThereAreMoreThanFour) {
+  auto self_time = [](std::vector<double> windows) {
+    SessionMeasure m;
+    m.dir = "r";
+    m.seconds = 1;
+    m.steady.metrics[metric("rank:0", "torch", "aten::mm", compare::kSelfTime)] = {windows, 500, 0};
+    return observe(m).values.at(
+        {Phase::kSteady, "rank:0", "torch", "aten::mm", std::string(kSelfTime)});
+  };
+  // Five windows: the first (a lone, slow first call) and the last are cut, P90 of 1, 2, 3.
+  const Observation five = self_time({100, 1, 2, 3, 50});
+  EXPECT_DOUBLE_EQ(five.value, 2.8);
+  EXPECT_EQ(five.windows, 3u);
+  EXPECT_EQ(five.count, 500u);
+  // Four: too few to spare any, P90 of all.
+  EXPECT_DOUBLE_EQ(self_time({1, 2, 3, 100}).value, 3 + 0.7 * 97);
+}
+
+TEST(SloFit, EachApisCallRateHasALowerBoundAndItsShareAnUpperOne) {
+  const Slo slo = per_api_slo();
+  const Objective* rate = find(slo, Phase::kSteady, kCallRate, "cudaLaunchKernel");
+  ASSERT_NE(rate, nullptr);
+  EXPECT_EQ(rate->bound, Bound::kLower);
+  EXPECT_EQ(rate->unit, "/s");
+  EXPECT_EQ(objective_id(rate->key), "steady/calls_per_s/cuda/cudaLaunchKernel/rank:0");
+  // The lowest P10 (the run at 0.9: 0.36 * 917.1) less the larger of half of it and the spread
+  // (0.36 * (1120.9 - 917.1)).
+  EXPECT_NEAR(rate->threshold, 0.5 * 0.36 * 917.1, 1e-9);
+  const Objective* share = find(slo, Phase::kSteady, kCallShare, "cudaLaunchKernel");
+  ASSERT_NE(share, nullptr);
+  EXPECT_EQ(share->bound, Bound::kUpper);
+  EXPECT_EQ(share->unit, "%");
+  EXPECT_DOUBLE_EQ(share->threshold, 54);  // 36 % and half again: the pace does not move it
+  EXPECT_EQ(objective_id(share->key), "steady/share_of_calls/cuda/cudaLaunchKernel/rank:0");
+  // The process's own rate is still there, as before.
+  EXPECT_NE(find(slo, Phase::kSteady, kCallRate, "all calls"), nullptr);
+
+  // Too few calls to judge: an API with 20 calls a run has neither objective, and says why.
+  EXPECT_EQ(find(slo, Phase::kSteady, kCallRate, "cudaMemcpy"), nullptr);
+  const Skipped* few = find_skipped(slo, Phase::kSteady, kCallRate, "cudaMemcpy");
+  ASSERT_NE(few, nullptr);
+  EXPECT_NE(few->reason.find("20 calls in h1: an API's call rate needs at least 100"),
+            std::string::npos)
+      << few->reason;
+  const Skipped* few_share = find_skipped(slo, Phase::kSteady, kCallShare, "cudaMemcpy");
+  ASSERT_NE(few_share, nullptr);
+  EXPECT_NE(few_share->reason.find("a share of calls needs at least 100"), std::string::npos);
+  // cudaMalloc, with 200 calls, has both.
+  EXPECT_NE(find(slo, Phase::kSteady, kCallRate, "cudaMalloc"), nullptr);
+  EXPECT_NE(find(slo, Phase::kSteady, kCallShare, "cudaMalloc"), nullptr);
+
+  // A process whose calls are mostly one API: a bound of its share at 100 % or more holds
+  // nothing, and is skipped, saying why.
+  SessionMeasure most = run("m", 4000);
+  add_api(most, "cuda", "cudaLaunchKernel", 80, 16000);
+  const Slo most_slo = fit({observe(most)}, options());
+  EXPECT_EQ(find(most_slo, Phase::kSteady, kCallShare, "cudaLaunchKernel"), nullptr);
+  const Skipped* full = find_skipped(most_slo, Phase::kSteady, kCallShare, "cudaLaunchKernel");
+  ASSERT_NE(full, nullptr);
+  EXPECT_NE(full->reason.find("100 % or more"), std::string::npos) << full->reason;
+  EXPECT_NE(find(most_slo, Phase::kSteady, kCallRate, "cudaLaunchKernel"), nullptr);
+}
+
+TEST(SloCheck, ARateDropOrAStormViolatesOnlyItsApisObjectives) {
+  const Slo slo = per_api_slo();
+  auto candidate = [](const std::string& dir, double pace, double launch_share,
+                      double malloc_share) {
+    SessionMeasure m = run(dir, 4000, pace);
+    add_api(m, "cuda", "cudaLaunchKernel", launch_share, 7200);
+    add_api(m, "cuda", "cudaMalloc", malloc_share, 200);
+    add_api(m, "cuda", "cudaMemcpy", 0.1, 20);
+    add_api(m, "torch", "aten::conv2d", 5, 1000, 53e3);
+    return observe(m);
+  };
+  auto violated = [&](const Observed& o) {
+    std::vector<std::string> ids;
+    const SessionVerdicts v = check(slo, o);
+    for (const Verdict& x : v.verdicts) {
+      if (x.state == Verdict::State::kViolated) ids.push_back(objective_id(x.objective->key));
+    }
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  };
+  // A healthy spread: slower than the slowest healthy run (0.8 of the pace) and faster than the
+  // fastest (1.4: a job that got faster is no violation), each API at its healthy share.
+  EXPECT_EQ(violated(candidate("slower", 0.8, 36, 1)), std::vector<std::string>{});
+  EXPECT_EQ(violated(candidate("faster", 1.4, 36, 1)), std::vector<std::string>{});
+  // Launches at a third of their share (a third of their rate) while the process keeps its pace:
+  // the launch rate drops below its bound, and nothing else.
+  EXPECT_EQ(violated(candidate("launches", 1.0, 12, 1)),
+            std::vector<std::string>{"steady/calls_per_s/cuda/cudaLaunchKernel/rank:0"});
+  // A whole job at a third of its pace: every rate objective, the process's own included, and no
+  // share.
+  EXPECT_EQ(violated(candidate("stalled", 0.33, 36, 1)),
+            (std::vector<std::string>{"steady/calls_per_s/all/all_calls/rank:0",
+                                      "steady/calls_per_s/cuda/cudaLaunchKernel/rank:0",
+                                      "steady/calls_per_s/cuda/cudaMalloc/rank:0",
+                                      "steady/calls_per_s/torch/aten::conv2d/rank:0"}));
+  // Ten times the cudaMalloc calls: its share of calls from 1 % to about 9 %.
+  EXPECT_EQ(violated(candidate("storm", 1.0, 33, 9.2)),
+            std::vector<std::string>{"steady/share_of_calls/cuda/cudaMalloc/rank:0"});
+
+  // An API the process no longer calls: a rate of 0, violated, saying so; its share and
+  // latency are not seen (not judged).
+  SessionMeasure gone = run("gone", 4000);
+  add_api(gone, "cuda", "cudaLaunchKernel", 36, 7200);
+  add_api(gone, "torch", "aten::conv2d", 5, 1000, 53e3);
+  const SessionVerdicts v = check(slo, observe(gone));
+  ASSERT_EQ(v.violated(), 1u);
+  EXPECT_EQ(objective_id(v.verdicts[0].objective->key),
+            "steady/calls_per_s/cuda/cudaMalloc/rank:0");
+  EXPECT_EQ(v.verdicts[0].reason, "no calls of this API in this phase");
+  const std::string text = verdicts_text(slo, "slo.json", {v});
+  EXPECT_NE(text.find("cuda cudaMalloc [rank:0] steady calls/s: 0 /s, below the threshold"),
+            std::string::npos)
+      << text;
+}
+
+TEST(SloFit, TorchOperatorsSelfTimeHasAnUpperBound) {
+  const Slo slo = per_api_slo();
+  const Objective* self = find(slo, Phase::kSteady, kSelfTime, "aten::conv2d");
+  ASSERT_NE(self, nullptr);
+  EXPECT_EQ(self->key.layer, "torch");
+  EXPECT_EQ(self->bound, Bound::kUpper);
+  EXPECT_EQ(self->unit, "ns");
+  EXPECT_EQ(self->statistic, "P90 of the windows' median self time, the first and last left out");
+  // P90 of the windows but the first and the last (as compare cuts a process's rates): of the
+  // 18 left, the two slow ones are the top ninth, so 1.3 times the median (65, 71.5, 67.6 us);
+  // the lone first call's window does not count. The threshold: the highest plus half of it.
+  EXPECT_NEAR(self->values[0], 65e3, 1e-6);
+  EXPECT_NEAR(self->values[1], 71.5e3, 1e-6);
+  EXPECT_EQ(self->counts[0], 1000u);
+  EXPECT_NEAR(self->threshold, 1.5 * 71.5e3, 1e-6);
+  EXPECT_EQ(objective_id(self->key), "steady/self_time/torch/aten::conv2d/rank:0");
+
+  // Verdicts point into their Slo: it outlives them.
+  const Slo fitted = per_api_slo();
+  auto with_self = [&fitted](const std::string& dir, double self_ns, uint64_t calls) {
+    SessionMeasure m = run(dir, 4000);
+    add_api(m, "cuda", "cudaLaunchKernel", 36, 7200);
+    add_api(m, "cuda", "cudaMalloc", 1, 200);
+    add_api(m, "torch", "aten::conv2d", 5, calls, self_ns);
+    return check(fitted, observe(m));
+  };
+  // Within the healthy spread: held. Twice the slowest healthy self time: violated, alone.
+  EXPECT_EQ(with_self("ok", 56e3, 1000).violated(), 0u);
+  const SessionVerdicts slow = with_self("slow", 110e3, 1000);
+  ASSERT_EQ(slow.violated(), 1u);
+  EXPECT_EQ(slow.verdicts[0].objective->key.metric, kSelfTime);
+  EXPECT_NEAR(slow.verdicts[0].observed->value, 143e3, 1e-6);
+  // Too few calls in the session: a self time over them is not judged.
+  const SessionVerdicts few = with_self("few", 110e3, 30);
+  for (const Verdict& x : few.verdicts) {
+    if (x.objective->key.metric != kSelfTime) continue;
+    EXPECT_EQ(x.state, Verdict::State::kNotJudged);
+    EXPECT_EQ(x.reason, "30 calls: a self time needs at least 100");
+  }
+
+  // A self time of a few microseconds (a wrapper whose self time is mostly the probes of the
+  // calls nested in it) never gets a threshold below 20 us.
+  SessionMeasure wrapper = run("w", 4000);
+  add_api(wrapper, "torch", "aten::nll_loss", 3, 400, 3e3);
+  const Slo wrapper_slo = fit({observe(wrapper)}, options());
+  const Objective* floor = find(wrapper_slo, Phase::kSteady, kSelfTime, "aten::nll_loss");
+  ASSERT_NE(floor, nullptr);
+  EXPECT_DOUBLE_EQ(floor->threshold, 20e3);
+  EXPECT_NE(floor->rule.find("raised to 20.00 us"), std::string::npos) << floor->rule;
+
+  // Too few calls in a healthy run: skipped, saying why.
+  SessionMeasure rare = run("rare", 4000);
+  add_api(rare, "torch", "aten::conv2d", 5, 60, 50e3);
+  const Slo rare_slo = fit({observe(rare)}, options());
+  EXPECT_EQ(find(rare_slo, Phase::kSteady, kSelfTime, "aten::conv2d"), nullptr);
+  const Skipped* s = find_skipped(rare_slo, Phase::kSteady, kSelfTime, "aten::conv2d");
+  ASSERT_NE(s, nullptr);
+  EXPECT_NE(s->reason.find("60 calls in rare: a self time needs at least 100"), std::string::npos)
+      << s->reason;
+}
+
+TEST(SloRules, PerApiRatesSharesAndSelfTimesAreComments) {
+  const std::string rules = render_rules(per_api_slo(), {"slo.json", 300, 300});
+  // serve's call counters have no process, and its histograms no self time: no rule, a reason.
+  EXPECT_NE(rules.find("#   steady/calls_per_s/cuda/cudaLaunchKernel/rank:0 (threshold"),
+            std::string::npos)
+      << rules;
+  EXPECT_NE(rules.find("#   steady/share_of_calls/cuda/cudaLaunchKernel/rank:0 (threshold 54.0 "
+                       "%): serve's call counters carry no process"),
+            std::string::npos)
+      << rules;
+  EXPECT_NE(rules.find("#   steady/self_time/torch/aten::conv2d/rank:0 (threshold"),
+            std::string::npos)
+      << rules;
+  EXPECT_NE(rules.find("not its self time"), std::string::npos) << rules;
+  EXPECT_EQ(rules.find("eacgm_calls_total"), std::string::npos) << rules;
+}
+
+TEST(SloFile, APerApiFileRoundTripsAndAnOlderFileStillLoads) {
+  const Slo slo = per_api_slo();
+  auto back = from_json(nlohmann::json::parse(to_json(slo).dump()));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  ASSERT_EQ(back->objectives.size(), slo.objectives.size());
+  EXPECT_NE(find(*back, Phase::kSteady, kSelfTime, "aten::conv2d"), nullptr);
+  EXPECT_NE(find(*back, Phase::kSteady, kCallShare, "cudaMalloc"), nullptr);
+  // A file written before per-API objectives (version 1, the same fields) reads as it did.
+  const auto older = nlohmann::json::parse(R"({"version": 1,
+    "windows": {"startup_s": 1, "startup_window_s": 0.1, "steady_window_s": 0.5},
+    "objectives": [{"id": "steady/calls_per_s/all/all_calls/rank:0", "what": "all calls",
+      "layer": "all", "process": "rank:0", "metric": "calls/s", "unit": "/s", "bound": "lower",
+      "threshold": 450, "window": {"phase": "steady", "from_s": 1, "to_s": null,
+      "length_s": 0.5}}]})");
+  auto old = from_json(older);
+  ASSERT_TRUE(old.ok()) << old.error().message;
+  ASSERT_EQ(old->objectives.size(), 1u);
+  EXPECT_EQ(check(*old, observe(run("h", 4000))).violated(), 0u);
 }
 
 TEST(SloFile, RoundTripKeepsEveryObjectiveAndVerdict) {
