@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -120,11 +119,8 @@ struct Fixture {
 };
 
 pb::Trace read_trace(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream bytes;
-  bytes << in.rdbuf();
   pb::Trace trace;
-  EXPECT_TRUE(trace.ParseFromString(bytes.str())) << path;
+  EXPECT_TRUE(trace.ParseFromString(read_bytes(path))) << path;
   return trace;
 }
 
@@ -407,12 +403,10 @@ TEST(PerfettoWriter, CallPacketsAreTheBytesTheGeneratedClassesWrite) {
   for (const CallRecord& call : f.calls) (*writer)->on_call(call);
   ASSERT_TRUE((*writer)->finish(f.session).ok());
 
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream bytes;
-  bytes << in.rdbuf();
+  const std::string bytes = read_bytes(path);
   pb::Trace trace;
-  ASSERT_TRUE(trace.ParseFromString(bytes.str()));
-  EXPECT_EQ(trace.SerializeAsString(), bytes.str());
+  ASSERT_TRUE(trace.ParseFromString(bytes));
+  EXPECT_EQ(trace.SerializeAsString(), bytes);
 
   // And the fields are the ones meant.
   const pb::TrackEvent* launch = nullptr;
