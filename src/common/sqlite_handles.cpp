@@ -13,21 +13,16 @@ Result<void> sqlite_exec(sqlite3* db, const std::string& sql) {
 }
 
 Result<SqliteRows> sqlite_rows(sqlite3* db, const std::string& sql) {
-  SqliteStmt s;
-  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &s.stmt, nullptr) != SQLITE_OK) {
-    return Error{sqlite3_errmsg(db)};
-  }
   SqliteRows out;
-  int rc = 0;
-  while ((rc = sqlite3_step(s.stmt)) == SQLITE_ROW) {
+  auto read = sqlite_each_row(db, sql, [&out](sqlite3_stmt* stmt) {
     auto& row = out.emplace_back();
-    for (int i = 0; i < sqlite3_column_count(s.stmt); ++i) {
-      const auto* text = sqlite3_column_text(s.stmt, i);
+    for (int i = 0; i < sqlite3_column_count(stmt); ++i) {
+      const auto* text = sqlite3_column_text(stmt, i);
       row.push_back(text ? std::optional<std::string>(reinterpret_cast<const char*>(text))
                          : std::nullopt);
     }
-  }
-  if (rc != SQLITE_DONE) return Error{sqlite3_errmsg(db)};
+  });
+  if (!read) return read.error();
   return out;
 }
 

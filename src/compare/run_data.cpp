@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "analysis/window_analyzer.h"
+#include "common/sqlite_handles.h"
 #include "compare/rank_test.h"
 #include "session/kernels.h"
 
@@ -22,15 +23,6 @@ namespace fs = std::filesystem;
 constexpr uint64_t kMinWindowNs = 50'000'000;
 constexpr uint64_t kMaxWindowNs = 1'000'000'000;
 constexpr uint64_t kWindowsPerShortestRun = 20;
-
-struct Db {
-  sqlite3* db = nullptr;
-  ~Db() { sqlite3_close(db); }
-};
-struct Stmt {
-  sqlite3_stmt* stmt = nullptr;
-  ~Stmt() { sqlite3_finalize(stmt); }
-};
 
 double column_or_nan(sqlite3_stmt* s, int i) {
   return sqlite3_column_type(s, i) == SQLITE_NULL ? std::nan("") : sqlite3_column_double(s, i);
@@ -50,12 +42,10 @@ std::string column_text(sqlite3_stmt* s, int i) {
 // none; that is not an error, layers are optional.
 template <typename OnRow>
 void each_row(const std::string& dir, const char* sql, OnRow on_row) {
-  Db db;
+  SqliteDb db;
   const std::string path = dir + "/events.sqlite";
   if (sqlite3_open_v2(path.c_str(), &db.db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) return;
-  Stmt s;
-  if (sqlite3_prepare_v2(db.db, sql, -1, &s.stmt, nullptr) != SQLITE_OK) return;
-  while (sqlite3_step(s.stmt) == SQLITE_ROW) on_row(s.stmt);
+  (void)sqlite_each_row(db.db, sql, on_row);
 }
 
 std::vector<GpuReading> read_gpu_samples(const std::string& dir) {

@@ -69,21 +69,17 @@ struct MergedCallFigures {
   std::map<std::string, std::set<size_t>> sessions;              // layer -> sessions with calls
 };
 
-Result<void> merged_step_error(sqlite3* db, int rc) {
-  if (rc != SQLITE_DONE) return Error{fmt::format("reading calls: {}", sqlite3_errmsg(db))};
-  return {};
+// The one error a reader of the merged calls reports.
+Error merged_read_error(const Error& error) {
+  return Error{fmt::format("reading calls: {}", error.message)};
 }
 
 // Every API's figures, one API's rows at a time (the database sorts them by layer and name).
 Result<void> read_api_figures(sqlite3* db, const std::string& outer, MergedCallFigures& out) {
-  SqliteStmt stmt;
   const std::string sql = fmt::format(
       "SELECT layer, name, session, duration_ns, bytes, error FROM calls WHERE {} "
       "ORDER BY layer, name",
       outer);
-  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt.stmt, nullptr) != SQLITE_OK) {
-    return Error{fmt::format("reading calls: {}", sqlite3_errmsg(db))};
-  }
   std::string layer, name;
   MergedApiStats api;
   std::set<size_t>* sessions = nullptr;
@@ -91,29 +87,28 @@ Result<void> read_api_figures(sqlite3* db, const std::string& outer, MergedCallF
     if (api.count > 0) out.tables[layer][name] = merged_api_json(api);
     api = {};
   };
-  int rc = 0;
-  while ((rc = sqlite3_step(stmt.stmt)) == SQLITE_ROW) {
-    const std::string_view row_layer = merged_column_text(stmt.stmt, 0);
-    const std::string_view row_name = merged_column_text(stmt.stmt, 1);
+  auto read = sqlite_each_row(db, sql, [&](sqlite3_stmt* row) {
+    const std::string_view row_layer = merged_column_text(row, 0);
+    const std::string_view row_name = merged_column_text(row, 1);
     if (sessions == nullptr || row_layer != layer || row_name != name) {
       flush();
       layer = row_layer;
       name = row_name;
       sessions = &out.sessions[layer];
     }
-    sessions->insert(static_cast<size_t>(sqlite3_column_int64(stmt.stmt, 2)));
-    const uint64_t duration = merged_column_u64(stmt.stmt, 3);
+    sessions->insert(static_cast<size_t>(sqlite3_column_int64(row, 2)));
+    const uint64_t duration = merged_column_u64(row, 3);
     ++api.count;
     api.total_ns += duration;
     api.durations_ns.push_back(duration);
-    if (sqlite3_column_type(stmt.stmt, 5) != SQLITE_NULL) {
+    if (sqlite3_column_type(row, 5) != SQLITE_NULL) {
       ++api.errors;  // a failed call moved no bytes
-      ++api.errors_by_code[std::string(merged_column_text(stmt.stmt, 5))];
+      ++api.errors_by_code[std::string(merged_column_text(row, 5))];
     } else {
-      api.bytes += merged_column_u64(stmt.stmt, 4);
+      api.bytes += merged_column_u64(row, 4);
     }
-  }
-  if (auto r = merged_step_error(db, rc); !r) return r;
+  });
+  if (!read) return merged_read_error(read.error());
   flush();
   return {};
 }
@@ -124,33 +119,28 @@ Result<void> read_api_figures(sqlite3* db, const std::string& outer, MergedCallF
 Result<void> read_torch_self_ns(sqlite3* db, const std::string& outer, MergedCallFigures& out) {
   auto table = out.tables.find("torch");
   if (table == out.tables.end()) return {};
-  SqliteStmt stmt;
   const std::string sql = fmt::format(
       "SELECT session, tid, start_ns, duration_ns, depth, name FROM calls "
       "WHERE layer = 'torch' AND {} ORDER BY session, id",
       outer);
-  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt.stmt, nullptr) != SQLITE_OK) {
-    return Error{fmt::format("reading calls: {}", sqlite3_errmsg(db))};
-  }
   std::map<std::string, uint64_t, std::less<>> self_ns;
   NestedTime nesting;
   int64_t session = -1;
-  int rc = 0;
-  while ((rc = sqlite3_step(stmt.stmt)) == SQLITE_ROW) {
-    if (const int64_t s = sqlite3_column_int64(stmt.stmt, 0); s != session) {
+  auto read = sqlite_each_row(db, sql, [&](sqlite3_stmt* row) {
+    if (const int64_t s = sqlite3_column_int64(row, 0); s != session) {
       nesting = NestedTime{};
       session = s;
     }
-    const uint64_t duration = merged_column_u64(stmt.stmt, 3);
+    const uint64_t duration = merged_column_u64(row, 3);
     const uint64_t children = nesting.children_ns(
-        static_cast<uint32_t>(sqlite3_column_int64(stmt.stmt, 1)), merged_column_u64(stmt.stmt, 2),
-        duration, static_cast<uint32_t>(sqlite3_column_int64(stmt.stmt, 4)));
-    const std::string_view name = merged_column_text(stmt.stmt, 5);
+        static_cast<uint32_t>(sqlite3_column_int64(row, 1)), merged_column_u64(row, 2), duration,
+        static_cast<uint32_t>(sqlite3_column_int64(row, 4)));
+    const std::string_view name = merged_column_text(row, 5);
     auto it = self_ns.find(name);
     if (it == self_ns.end()) it = self_ns.emplace(std::string(name), 0).first;
     it->second += duration - children;
-  }
-  if (auto r = merged_step_error(db, rc); !r) return r;
+  });
+  if (!read) return merged_read_error(read.error());
   for (auto& [name, figures] : table->second.items()) {
     auto it = self_ns.find(name);
     figures["self_ns"] = it == self_ns.end() ? 0 : it->second;

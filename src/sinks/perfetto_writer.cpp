@@ -62,18 +62,6 @@ void append_trace_packet(const pb::TracePacket& packet, std::string* out) {
 
 namespace {
 
-void add_annotation(pb::TrackEvent* event, std::string_view name, int64_t value) {
-  pb::DebugAnnotation* a = event->add_debug_annotations();
-  a->set_name(std::string(name));
-  a->set_int_value(value);
-}
-
-void add_annotation(pb::TrackEvent* event, std::string_view name, std::string_view value) {
-  pb::DebugAnnotation* a = event->add_debug_annotations();
-  a->set_name(std::string(name));
-  a->set_string_value(std::string(value));
-}
-
 std::string process_display_name(const ProcessInfo* info) {
   if (info == nullptr) return {};
   std::string name = info->comm;
@@ -348,37 +336,33 @@ void PerfettoWriter::on_python_stack(const PythonStackChange& change) {
   if (finished_ || !error_.empty()) return;
   python_threads_.insert({change.pid, change.tid});
   const uint64_t track = python_track_uuid(change.pid, change.tid);
-  pb::TracePacket& packet = *scratch_;
-  std::string bytes;
-  auto start_packet = [&packet]() -> pb::TrackEvent* {
-    packet.Clear();
-    packet.set_timestamp_clock_id(pb::BUILTIN_CLOCK_MONOTONIC);
-    packet.set_trusted_packet_sequence_id(kSequenceId);
-    return packet.mutable_track_event();
-  };
+  begin_scratch_.clear();
   // Ends first: at one timestamp trace_processor keeps file order, so a frame that left and
   // one that entered at the same sample do not nest.
   for (size_t i = 0; i < change.ended; ++i) {
-    pb::TrackEvent* event = start_packet();
-    packet.set_timestamp(change.ts_ns);
-    event->set_type(pb::TrackEvent::TYPE_SLICE_END);
-    event->set_track_uuid(track);
-    append_framed(packet, &bytes);
+    event_scratch_.clear();
+    wire::WireWriter event(event_scratch_);
+    event.uint_field(kEventType, pb::TrackEvent::TYPE_SLICE_END);
+    event.uint_field(kEventTrackUuid, track);
+    event.flush();
+    put_event_packet(begin_scratch_, change.ts_ns, event_scratch_);
   }
   for (const PythonSite* site : change.begun) {
-    pb::TrackEvent* event = start_packet();
-    packet.set_timestamp(change.ts_ns);
-    event->set_type(pb::TrackEvent::TYPE_SLICE_BEGIN);
-    event->set_track_uuid(track);
-    event->set_name(site ? site->function : "(Python code not yet described)");
-    event->add_categories("python");
+    event_scratch_.clear();
+    wire::WireWriter event(event_scratch_);
     if (site) {
-      add_annotation(event, "file", site->file);
-      if (site->line > 0) add_annotation(event, "line", static_cast<int64_t>(site->line));
+      put_annotation(event, "file", site->file);
+      if (site->line > 0) put_annotation(event, "line", static_cast<int64_t>(site->line));
     }
-    append_framed(packet, &bytes);
+    event.uint_field(kEventType, pb::TrackEvent::TYPE_SLICE_BEGIN);
+    event.uint_field(kEventTrackUuid, track);
+    event.bytes_field(kEventCategory, "python");
+    event.bytes_field(kEventName, site ? std::string_view(site->function)
+                                       : std::string_view("(Python code not yet described)"));
+    event.flush();
+    put_event_packet(begin_scratch_, change.ts_ns, event_scratch_);
   }
-  write_events(bytes);
+  write_events(begin_scratch_);
 }
 
 void PerfettoWriter::flush_pending(ThreadState* thread) {

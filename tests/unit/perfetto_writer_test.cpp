@@ -401,12 +401,40 @@ TEST(PerfettoWriter, CallPacketsAreTheBytesTheGeneratedClassesWrite) {
   f.calls[9].collective = CollectiveRef{.comm_id = "0x5eed", .seq = 7, .rank = 1, .nranks = 4};
   f.calls[9].raw.ret = -3;  // a negative int64 takes ten bytes
   for (const CallRecord& call : f.calls) (*writer)->on_call(call);
+  // Python stack slices: a frame with a line, one not yet described, then both end.
+  (*writer)->on_python_stack(
+      {.pid = 7, .tid = 8, .ts_ns = 3000, .ended = 0, .begun = {&with_line, nullptr}});
+  (*writer)->on_python_stack({.pid = 7, .tid = 8, .ts_ns = 3100, .ended = 2, .begun = {}});
   ASSERT_TRUE((*writer)->finish(f.session).ok());
 
   const std::string bytes = read_bytes(path);
   pb::Trace trace;
   ASSERT_TRUE(trace.ParseFromString(bytes));
   EXPECT_EQ(trace.SerializeAsString(), bytes);
+
+  std::vector<const pb::TrackEvent*> python_begins;
+  int python_ends = 0;
+  for (const pb::TracePacket& p : trace.packet()) {
+    if (!p.has_track_event()) continue;
+    const pb::TrackEvent& e = p.track_event();
+    if (e.track_uuid() != PerfettoWriter::python_track_uuid(7, 8)) continue;
+    if (e.type() == pb::TrackEvent::TYPE_SLICE_BEGIN) {
+      EXPECT_EQ(p.timestamp(), 3000u);
+      python_begins.push_back(&e);
+    } else if (e.type() == pb::TrackEvent::TYPE_SLICE_END) {
+      EXPECT_EQ(p.timestamp(), 3100u);
+      ++python_ends;
+    }
+  }
+  ASSERT_EQ(python_begins.size(), 2u);
+  EXPECT_EQ(python_ends, 2);
+  EXPECT_EQ(python_begins[0]->name(), "train.py:step");
+  ASSERT_EQ(python_begins[0]->categories_size(), 1);
+  EXPECT_EQ(python_begins[0]->categories(0), "python");
+  EXPECT_EQ(annotation(*python_begins[0], "file")->string_value(), "/srv/train.py");
+  EXPECT_EQ(annotation(*python_begins[0], "line")->int_value(), 42);
+  EXPECT_EQ(python_begins[1]->name(), "(Python code not yet described)");
+  EXPECT_EQ(python_begins[1]->debug_annotations_size(), 0);
 
   // And the fields are the ones meant.
   const pb::TrackEvent* launch = nullptr;
