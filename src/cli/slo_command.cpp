@@ -25,6 +25,7 @@ struct SloFitArgs {
   std::string output;
   std::optional<double> startup_s, window_s, tolerance;
   uint64_t min_calls = slo::FitOptions{}.min_calls;
+  int latency_percentile = slo::kDefaultLatencyPercentile;
 };
 
 struct SloCheckArgs {
@@ -61,6 +62,7 @@ int run_slo_fit(const SloFitArgs& args) {
   for (const compare::LoadedRun& r : runs) all.push_back(&r);
   slo::FitOptions options;
   options.windows = slo::choose_windows(all, args.startup_s, args.window_s);
+  options.windows.latency_percentile = args.latency_percentile;
   options.tolerance = args.tolerance;
   options.min_calls = args.min_calls;
   std::vector<slo::Observed> observed;
@@ -150,9 +152,15 @@ void add_slo_command(CLI::App& app, std::function<int()>& run) {
       ->check(bounded(0, 100, "(a fraction: 0.5 is 50%)"));
   fit->add_option("--min-calls", fit_args->min_calls,
                   "calls an API needs in every run and phase for an objective on its own calls "
-                  "(p90 latency, self time, calls/s, share of calls)")
+                  "(tail latency, self time, calls/s, share of calls)")
       ->capture_default_str()
       ->check(bounded(1, 1e12, "calls"));
+  fit->add_option("--latency-percentile", fit_args->latency_percentile,
+                  "the tail of each API's latency to hold, a whole percentile: 99 for a p99 on "
+                  "a machine whose tails are quiet (the p90 default rides out a busy host's "
+                  "preemptions: docs/SLO.md)")
+      ->capture_default_str()
+      ->check(bounded(slo::kMinLatencyPercentile, slo::kMaxLatencyPercentile, "(a percentile)"));
   fit->callback([fit_args, &run] {
     run = [fit_args] { return guarded([&] { return run_slo_fit(*fit_args); }); };
   });

@@ -74,7 +74,7 @@ compare::LoadedRun crop(const compare::LoadedRun& run, uint64_t from_ns, uint64_
 // The Tail of each (process role, layer, API)'s calls that began in [from_ns, to_ns), in windows
 // of `window_ns` from `from_ns`.
 std::map<compare::MetricKey, Tail> tails(const RecordedSession& s, uint64_t from_ns, uint64_t to_ns,
-                                         uint64_t window_ns) {
+                                         uint64_t window_ns, int percentile) {
   std::map<uint32_t, std::string> roles;
   // key -> window -> durations
   std::map<compare::MetricKey, std::map<uint64_t, std::vector<uint64_t>>> durations;
@@ -96,7 +96,7 @@ std::map<compare::MetricKey, Tail> tails(const RecordedSession& s, uint64_t from
     for (auto& [w, d] : windows) all.insert(all.end(), d.begin(), d.end());
     t.calls = all.size();
     t.windows = windows.size();
-    t.p90_ns = static_cast<double>(nearest_rank_percentile(std::move(all), 90));
+    t.ns = static_cast<double>(nearest_rank_percentile(std::move(all), percentile));
     out[key] = t;
   }
   return out;
@@ -176,11 +176,14 @@ SessionMeasure measure_session(const compare::LoadedRun& run, const Windows& win
   if (boundary > s.start_ns) {
     m.startup =
         compare::measure_run(crop(run, s.start_ns, boundary, false), ns(windows.startup_window_s));
-    m.startup_tails = tails(s, s.start_ns, boundary, ns(windows.startup_window_s));
+    m.startup_tails =
+        tails(s, s.start_ns, boundary, ns(windows.startup_window_s), windows.latency_percentile);
   }
   m.steady =
       compare::measure_run(crop(run, boundary, s.end_ns + 1, true), ns(windows.steady_window_s));
-  m.steady_tails = tails(s, boundary, s.end_ns + 1, ns(windows.steady_window_s));
+  m.steady_tails =
+      tails(s, boundary, s.end_ns + 1, ns(windows.steady_window_s), windows.latency_percentile);
+  m.latency_percentile = windows.latency_percentile;
   if (run.summary.is_object()) {
     if (const auto layers = run.summary.find("layers");
         layers != run.summary.end() && layers->is_object()) {
@@ -241,11 +244,12 @@ Observed observe(const SessionMeasure& m) {
   };
   windowed(Phase::kStartup, m.startup);
   windowed(Phase::kSteady, m.steady);
+  const std::string tail_metric = tail_latency_metric(m.latency_percentile);
   for (const auto& [phase, tails] :
        {std::pair{Phase::kStartup, &m.startup_tails}, std::pair{Phase::kSteady, &m.steady_tails}}) {
     for (const auto& [k, t] : *tails) {
-      out.values[{phase, k.process, k.layer, k.what, std::string(kTailLatency)}] =
-          Observation{t.p90_ns, t.calls, t.windows};
+      out.values[{phase, k.process, k.layer, k.what, tail_metric}] =
+          Observation{t.ns, t.calls, t.windows};
     }
   }
 

@@ -80,7 +80,7 @@ std::string render_rules(const Slo& slo, const RulesOptions& options) {
                               "has run");
       continue;
     }
-    if (k.metric == kTailLatency) {
+    if (tail_latency_percentile(k.metric)) {
       if (!kServeCallLayers.contains(k.layer)) {
         comments += unexpressed(o, "serve has no per-function series for this layer");
         continue;
@@ -175,18 +175,20 @@ std::string render_rules(const Slo& slo, const RulesOptions& options) {
   }
   for (const auto& [api, l] : latency) {
     const auto& [layer, name] = api;
+    const int p = slo.windows.latency_percentile;
     rules.push_back(
         {"EacgmSloLatency",
-         fmt::format("histogram_quantile(0.9, sum by (instance, le) "
+         fmt::format("histogram_quantile({}, sum by (instance, le) "
                      "(rate(eacgm_call_duration_seconds_bucket{{layer={},api={}}}[{}]))) > {}",
-                     label_value(layer), label_value(name), range, number(l.threshold / 1e9)),
-         fmt::format("steady/p90_latency/{}/{}", layer, name),
-         fmt::format("p90 latency of {} {} above its SLO", layer, name),
-         fmt::format("The p90 latency of {} {} on this node stayed above {} for {} (the loosest "
-                     "threshold of {}; serve's buckets are 1-2.5-5 per decade, so the p90 is "
+                     number(p / 100.0), label_value(layer), label_value(name), range,
+                     number(l.threshold / 1e9)),
+         fmt::format("steady/p{}_latency/{}/{}", p, layer, name),
+         fmt::format("p{} latency of {} {} above its SLO", p, layer, name),
+         fmt::format("The p{} latency of {} {} on this node stayed above {} for {} (the loosest "
+                     "threshold of {}; serve's buckets are 1-2.5-5 per decade, so the p{} is "
                      "interpolated within one).",
-                     layer, name, format_value(l.threshold, "ns"), duration(options.for_s),
-                     fmt::join(l.processes, ", "))});
+                     p, layer, name, format_value(l.threshold, "ns"), duration(options.for_s),
+                     fmt::join(l.processes, ", "), p)});
   }
   std::stable_sort(rules.begin(), rules.end(),
                    [](const Rule& a, const Rule& b) { return a.alert < b.alert; });

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -45,7 +46,7 @@ std::string describe(const ObjectiveKey& k) {
 // rate of a few calls, which moves by chance from run to run. Empty for the others (a process's
 // calls taken together, readings, whole-run counts).
 std::string_view min_calls_for(const ObjectiveKey& k) {
-  if (k.metric == kTailLatency) return "a p90";
+  if (tail_latency_percentile(k.metric)) return "a tail latency";
   if (k.metric == kSelfTime) return "a self time";
   if (k.metric == kCallRate && k.layer != "all") return "an API's call rate";
   if (k.metric == kCallShare) return "a share of calls";
@@ -56,7 +57,7 @@ std::string_view min_calls_for(const ObjectiveKey& k) {
 // of a few calls is chance. A rate or share of a few calls is not: an API called less than it was
 // is a rate drop, which its objective must see.
 bool judged_on_few_calls(const ObjectiveKey& k) {
-  return k.metric != kTailLatency && k.metric != kSelfTime;
+  return !tail_latency_percentile(k.metric) && k.metric != kSelfTime;
 }
 
 nlohmann::ordered_json window_json(Phase phase, const Windows& w) {
@@ -195,13 +196,29 @@ std::optional<Phase> phase_from_name(std::string_view name) {
 
 std::string_view bound_name(Bound bound) { return bound == Bound::kUpper ? "upper" : "lower"; }
 
+std::string tail_latency_metric(int percentile) { return fmt::format("p{} latency", percentile); }
+
+std::optional<int> tail_latency_percentile(std::string_view metric) {
+  constexpr std::string_view kSuffix = " latency";
+  if (!metric.starts_with('p') || !metric.ends_with(kSuffix)) return std::nullopt;
+  const std::string_view digits = metric.substr(1, metric.size() - 1 - kSuffix.size());
+  int percentile = 0;
+  const auto [end, error] =
+      std::from_chars(digits.data(), digits.data() + digits.size(), percentile);
+  if (error != std::errc() || end != digits.data() + digits.size() ||
+      percentile < kMinLatencyPercentile || percentile > kMaxLatencyPercentile) {
+    return std::nullopt;
+  }
+  return percentile;
+}
+
 std::optional<MetricRule> metric_rule(std::string_view metric) {
-  // Tolerances: a p90 latency and a call rate move with the machine's load (a busier machine
+  // Tolerances: a tail latency and a call rate move with the machine's load (a busier machine
   // made a whole job 20 % slower in COMPARE.md), so half again; memory is deterministic for a
   // given job and input, so a tenth is already a change worth a look; a utilisation reading moves
   // with the job's own phases.
-  if (metric == kTailLatency) {
-    return MetricRule{"ns", Bound::kUpper, "p90 of the calls", 0.5};
+  if (const std::optional<int> percentile = tail_latency_percentile(metric)) {
+    return MetricRule{"ns", Bound::kUpper, fmt::format("p{} of the calls", *percentile), 0.5};
   }
   if (metric == kCallRate) {
     return MetricRule{"/s", Bound::kLower, "P10 of the windows' call rates", 0.5};
@@ -420,7 +437,8 @@ nlohmann::ordered_json to_json(const Slo& slo) {
   j["runs"] = slo.runs;
   j["windows"] = {{"startup_s", slo.windows.startup_s},
                   {"startup_window_s", slo.windows.startup_window_s},
-                  {"steady_window_s", slo.windows.steady_window_s}};
+                  {"steady_window_s", slo.windows.steady_window_s},
+                  {"latency_percentile", slo.windows.latency_percentile}};
   j["fit"] = {
       {"rule",
        "threshold = the worst healthy value (highest for an upper bound, lowest for a lower one) "
@@ -480,6 +498,17 @@ Result<Slo> from_json(const nlohmann::json& j) {
       return Error{fmt::format("\"windows\" has {} = {}: it must be positive", field, *v)};
     }
     *out = *v;
+  }
+  // A file from before the percentile was a choice holds p90s.
+  if (const auto p = windows->find("latency_percentile"); p != windows->end()) {
+    if (!p->is_number_integer() || p->get<int64_t>() < kMinLatencyPercentile ||
+        p->get<int64_t>() > kMaxLatencyPercentile) {
+      return Error{
+          fmt::format("\"windows\" has latency_percentile = {}: it must be a whole "
+                      "number from {} to {}",
+                      p->dump(), kMinLatencyPercentile, kMaxLatencyPercentile)};
+    }
+    slo.windows.latency_percentile = p->get<int>();
   }
   slo.options.windows = slo.windows;
   if (const auto f = j.find("fit"); f != j.end() && f->is_object()) {

@@ -37,7 +37,17 @@ enum class Bound { kUpper, kLower };
 std::string_view bound_name(Bound bound);
 
 // The metrics an SLO can hold (ObjectiveKey::metric).
+// Each API's tail latency, `pN latency`: the p90 unless `slo fit --latency-percentile` says
+// otherwise (docs/SLO.md says why the p90 is the default). The percentile is part of the name, so
+// a file says which tail it holds.
+inline constexpr int kDefaultLatencyPercentile = 90;
 inline constexpr std::string_view kTailLatency = "p90 latency";
+std::string tail_latency_metric(int percentile);
+// The percentile of a tail latency metric (`p99 latency` -> 99); nullopt for any other metric.
+std::optional<int> tail_latency_percentile(std::string_view metric);
+// The percentiles a tail latency may be fitted at.
+inline constexpr int kMinLatencyPercentile = 50;
+inline constexpr int kMaxLatencyPercentile = 99;
 // Calls per second: of every traced call of a process role (layer `all`, what `all calls`), and of
 // each API, operator or function of it. A lower bound: a rollout that slows a job down, or stops
 // it calling something, loses calls per second.
@@ -65,7 +75,7 @@ inline constexpr std::string_view kNcclBandwidth = "bandwidth";
 struct MetricRule {
   std::string_view unit;
   Bound bound = Bound::kUpper;
-  std::string_view statistic;
+  std::string statistic;
   double tolerance = 0.25;
 };
 // nullopt for a metric this version does not know (a newer slo.json).
@@ -97,17 +107,19 @@ struct Observed {
   std::vector<std::string> notes;  // lost events, a failed job: things the reader should know
 };
 
-// How the runs are cut; written to slo.json so that `check` measures a session the same way.
+// How the runs are cut, and which tail of each API's latency is taken; written to slo.json so that
+// `check` measures a session the same way.
 struct Windows {
   double startup_s = 0;         // the start-up phase: the first startup_s seconds
   double startup_window_s = 0;  // its windows
   double steady_window_s = 0;   // the steady state's windows
+  int latency_percentile = kDefaultLatencyPercentile;
 };
 
 struct FitOptions {
   Windows windows;
   std::optional<double> tolerance;  // overrides every metric's own
-  // Per run and phase, for what rests on one API's calls: a p90 latency, a self time, an API's
+  // Per run and phase, for what rests on one API's calls: a tail latency, a self time, an API's
   // call rate and its share of calls.
   uint64_t min_calls = 100;
   size_t min_windows = 3;    // per run and phase, for a windowed statistic

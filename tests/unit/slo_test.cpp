@@ -738,5 +738,81 @@ TEST(SloRules, ObjectivesServeExportsBecomeRulesTheOthersComments) {
   EXPECT_NE(rules.find("      - alert: EacgmSloLatency\n"), std::string::npos) << rules;
 }
 
+TEST(SloLatencyPercentile, TheMetricNamesItsPercentile) {
+  EXPECT_EQ(tail_latency_metric(kDefaultLatencyPercentile), kTailLatency);
+  EXPECT_EQ(tail_latency_metric(99), "p99 latency");
+  EXPECT_EQ(tail_latency_percentile("p99 latency"), 99);
+  EXPECT_EQ(tail_latency_percentile(kTailLatency), 90);
+  EXPECT_EQ(tail_latency_percentile("p50 latency"), 50);
+  for (std::string_view other : {"p49 latency", "p100 latency", "p9x latency", "p latency",
+                                 "p99 latencies", "calls/s", "self time", ""}) {
+    EXPECT_FALSE(tail_latency_percentile(other)) << other;
+    EXPECT_FALSE(metric_rule(other) && other.ends_with("latency")) << other;
+  }
+  ASSERT_TRUE(metric_rule("p99 latency"));
+  EXPECT_EQ(metric_rule("p99 latency")->statistic, "p99 of the calls");
+  EXPECT_EQ(metric_rule("p99 latency")->bound, Bound::kUpper);
+}
+
+TEST(SloLatencyPercentile, AP99FitHoldsP99sFromEndToEnd) {
+  // Measured at the 99th percentile (what `slo fit --latency-percentile 99` asks measure_session
+  // for), each run's tails are its p99s.
+  auto p99_run = [](const std::string& dir, double p99_ns) {
+    SessionMeasure m = run(dir, p99_ns);
+    m.latency_percentile = 99;
+    return observe(m);
+  };
+  const Observed h1 = p99_run("h1", 9000);
+  EXPECT_EQ(h1.values.count(
+                {Phase::kSteady, "rank:0", "cuda", "cudaLaunchKernel", std::string(kTailLatency)}),
+            0u);
+  FitOptions o = options();
+  o.windows.latency_percentile = 99;
+  const Slo slo = fit({h1, p99_run("h2", 9500), p99_run("h3", 10000)}, o);
+  const Objective* latency = find(slo, Phase::kSteady, "p99 latency", "cudaLaunchKernel");
+  ASSERT_NE(latency, nullptr);
+  EXPECT_EQ(objective_id(latency->key), "steady/p99_latency/cuda/cudaLaunchKernel/rank:0");
+  EXPECT_EQ(latency->statistic, "p99 of the calls");
+  EXPECT_DOUBLE_EQ(latency->threshold, 15000);  // 10000 + 0.5 * 10000
+  EXPECT_EQ(find(slo, Phase::kSteady, kTailLatency, "cudaLaunchKernel"), nullptr);
+  // Too few calls for a tail: the reason names it whatever its percentile.
+  const Skipped* few = find_skipped(slo, Phase::kSteady, "p99 latency", "cudaMalloc");
+  ASSERT_NE(few, nullptr);
+  EXPECT_NE(few->reason.find("a tail latency needs at least 100"), std::string::npos)
+      << few->reason;
+
+  // The file keeps the percentile, so check measures the same tail.
+  auto back = from_json(nlohmann::json::parse(to_json(slo).dump()));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->windows.latency_percentile, 99);
+  const SessionVerdicts slow = check(*back, p99_run("slow", 30000));
+  ASSERT_GE(slow.verdicts.size(), 1u);
+  EXPECT_EQ(slow.verdicts[0].objective->key.metric, "p99 latency");
+  EXPECT_EQ(slow.verdicts[0].state, Verdict::State::kViolated);
+  EXPECT_EQ(check(*back, p99_run("healthy", 9800)).violated(), 0u);
+
+  // The rule asks Prometheus for the same quantile.
+  const std::string rules = render_rules(*back, {"slo.json", 300, 300});
+  EXPECT_NE(rules.find("histogram_quantile(0.99, sum by (instance, le)"), std::string::npos)
+      << rules;
+  EXPECT_NE(rules.find("steady/p99_latency/cuda/cudaLaunchKernel"), std::string::npos) << rules;
+  EXPECT_EQ(rules.find("histogram_quantile(0.9,"), std::string::npos) << rules;
+}
+
+TEST(SloLatencyPercentile, AFileWithoutOneHoldsP90sAndABadOneIsRefused) {
+  nlohmann::json j = nlohmann::json::parse(to_json(healthy_slo()).dump());
+  j["windows"].erase("latency_percentile");
+  auto old = from_json(j);
+  ASSERT_TRUE(old.ok()) << old.error().message;
+  EXPECT_EQ(old->windows.latency_percentile, 90);
+  for (const nlohmann::json& bad :
+       {nlohmann::json(100), nlohmann::json(49), nlohmann::json(99.5), nlohmann::json("99")}) {
+    j["windows"]["latency_percentile"] = bad;
+    auto r = from_json(j);
+    ASSERT_FALSE(r.ok()) << bad.dump();
+    EXPECT_NE(r.error().message.find("latency_percentile"), std::string::npos) << r.error().message;
+  }
+}
+
 }  // namespace
 }  // namespace eacgm::slo
