@@ -530,7 +530,7 @@ class SessionPage {
     {
       Table t{{"operator", "calls", "self time", "total time", "p50"}, {}, {}, "operators"};
       std::vector<std::pair<uint64_t, std::string>> order;
-      const json calls = json_object(json_object(layers, "torch"), "calls");
+      const json calls = json_object(json_object(layers, "torch"), "ops");  // torch's call table
       for (const auto& [op, st] : calls.items()) {
         if (st.is_object()) order.emplace_back(json_number<uint64_t>(st, "self_ns"), op);
       }

@@ -4,12 +4,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <regex>
 #include <string>
 
 #include "report/html_page.h"
+#include "report/session_report.h"
 #include "report/svg_chart.h"
+#include "session/session.h"
+#include "sinks/sqlite_writer.h"
+#include "test_support.h"
 
 namespace eacgm::report {
 namespace {
@@ -136,6 +141,32 @@ TEST(ReportHtml, PageIsSelfContainedWithSectionsInOrder) {
   EXPECT_EQ(html.find("<link"), std::string::npos);
   EXPECT_EQ(count(html, "data-ready"), 0u);  // set by the script, not written
   EXPECT_EQ(count(html, "dataset.ready = \"yes\""), 1u);
+}
+
+TEST(ReportHtml, TorchOperatorsAreTabledBySelfTimeFromTheirOpsTable) {
+  // summary.json lists the torch layer's calls under "ops" (the other call layers' under
+  // "calls"): the operators' table reads them from there.
+  TempDir dir;
+  // A database as record writes it, of a session with no calls.
+  auto db = SqliteWriter::open((dir.path() / "events.sqlite").string());
+  ASSERT_TRUE(db.ok()) << db.error().message;
+  ASSERT_TRUE((*db)->finish(Session{}).ok());
+  std::ofstream(dir.path() / "summary.json") << R"({
+    "duration_s": 2.0, "events": {"recorded": 3, "dropped": 0, "undecodable": 0},
+    "layers": {"torch": {"status": "active", "ops": {
+      "aten::addmm": {"count": 40, "errors": 0, "total_ns": 9000000, "self_ns": 7000000,
+                      "p50_ns": 200000, "p99_ns": 400000, "bytes": 0},
+      "aten::relu": {"count": 40, "errors": 0, "total_ns": 3000000, "self_ns": 3000000,
+                     "p50_ns": 70000, "p99_ns": 90000, "bytes": 0}}}}})";
+  auto html = session_report_html(dir.path().string());
+  ASSERT_TRUE(html.ok()) << html.error().message;
+  const size_t table = html->find("<h3>PyTorch operators by self time</h3>");
+  ASSERT_NE(table, std::string::npos);
+  const size_t addmm = html->find("aten::addmm", table);
+  const size_t relu = html->find("aten::relu", table);
+  ASSERT_NE(addmm, std::string::npos);
+  ASSERT_NE(relu, std::string::npos);
+  EXPECT_LT(addmm, relu);  // by self time, the costlier first
 }
 
 }  // namespace
