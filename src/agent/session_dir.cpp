@@ -19,7 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A summary.json that eacgm wrote: its contract's first fields (DESIGN.md).
+// A summary.json that eacgm wrote: its contract's first fields (docs/SUMMARY_JSON.md).
 bool eacgm_summary(const fs::path& file) {
   std::ifstream in(file);
   if (!in) return false;

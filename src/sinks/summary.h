@@ -1,4 +1,4 @@
-// summary.json (the contract in DESIGN.md: extend freely, never break) and
+// summary.json (the contract in docs/SUMMARY_JSON.md: extend freely, never break) and
 // the human-readable report printed at the end of a session.
 #pragma once
 
