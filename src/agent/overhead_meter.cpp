@@ -1,5 +1,6 @@
 #include "agent/overhead_meter.h"
 
+#include <fmt/format.h>
 #include <sys/resource.h>
 
 #include "probes/tracer.h"
@@ -8,6 +9,28 @@ namespace eacgm {
 
 void OverheadMeter::measure_trap_cost() {
   if (!trap_) trap_ = trap_cost_per_hit();
+}
+
+std::optional<std::string> OverheadMeter::prepare_budget() {
+  measure_trap_cost();
+  if (*trap_) return std::nullopt;
+  return fmt::format(
+      "--overhead-budget needs what a probe trap costs on this machine, which eacgm could not "
+      "measure ({}); trace without a budget",
+      trap_->error().message);
+}
+
+std::map<Layer, double> OverheadMeter::call_costs_ns(const Tracer& tracer) {
+  const TracingOverhead o = read(tracer);
+  const double trap = o.trap_ns_per_hit.value_or(0);
+  const std::map<std::string, TracingOverhead::LayerCost> by_group = o.job_layers();
+  std::map<Layer, double> out;
+  for (Layer layer : all_layers()) {
+    const auto it = by_group.find(std::string(layer_name(layer)));
+    const bool ran = it != by_group.end() && it->second.hits > 0;
+    out[layer] = 2 * (ran ? o.ns_per_hit(it->second) : trap);
+  }
+  return out;
 }
 
 TracingOverhead OverheadMeter::read(const Tracer& tracer) {

@@ -111,7 +111,7 @@ void Recorder::warn(std::string message) {
 void Recorder::handle(std::span<const std::byte> data) {
   auto event = decode_event(data, tracer_ ? &tracer_->torch_ops() : nullptr);
   if (!event) {
-    if (decode_errors_++ == 0) warn(event.error().message);
+    if (session_.events_undecodable++ == 0) warn(event.error().message);
     return;
   }
   if (auto* call = std::get_if<CallRecord>(&*event)) {
@@ -279,8 +279,63 @@ void Recorder::write_flight_recorder(uint32_t pid) {
   session_.process(pid).flight_recorder = relative;
 }
 
+void Recorder::set_overhead_budget(DutyCycle::Options options, uint64_t start_ns,
+                                   CallCosts call_costs) {
+  duty_.emplace(options, start_ns);
+  call_costs_ = std::move(call_costs);
+  session_.duty_cycled = true;
+}
+
+std::optional<DutyCycleFigures> Recorder::duty_cycle_figures(uint64_t now_ns) const {
+  if (!duty_) return std::nullopt;
+  return duty_->figures(now_ns);
+}
+
+void Recorder::cycle(uint64_t now_ns, bool final) {
+  if (!duty_) return;
+  if (call_costs_ && (call_costs_read_ns_ == 0 || now_ns >= call_costs_read_ns_ + 1'000'000'000)) {
+    call_cost_ns_ = call_costs_();
+    call_costs_read_ns_ = now_ns;
+  }
+  if (final) {
+    const DutyCycleFigures f = duty_->figures(now_ns);
+    for (Layer layer : {Layer::kCuda, Layer::kDriver, Layer::kTorch}) {
+      if (layers_.contains(layer)) session_.layers[layer].traced_fraction = f.traced_fraction;
+    }
+    return;
+  }
+  const bool was_on = duty_->on();
+  const bool on = duty_->tick(now_ns);
+  if (!budget_warned_ && duty_->always_traced_slowdown() > duty_->budget()) {
+    budget_warned_ = true;
+    warn(fmt::format(
+        "--overhead-budget {:.3g} % cannot hold: the calls traced all the time (allocations, "
+        "frees, NCCL, kernel names) alone cost a traced process {:.2f} % of its time; the "
+        "frequent calls are now traced {:.0f} % of the time",
+        100 * duty_->budget(), 100 * duty_->always_traced_slowdown(),
+        100 * DutyCycle::kMinFraction));
+  }
+  if (on == was_on) return;
+  if (on) {
+    analysis_.end_untraced(now_ns);
+  } else {
+    analysis_.add_untraced(now_ns);
+  }
+  if (!tracer_) return;
+  if (auto r = tracer_->set_cycled_probes(on); !r) {
+    warn(fmt::format("--overhead-budget: cannot {} the sampled probes: {}",
+                     on ? "attach" : "release", r.error().message));
+  }
+}
+
 void Recorder::on_call(const CallRecord& event) {
   ProcessInfo& proc = session_.process(event.pid);
+  if (duty_ && event.finished) {
+    const auto cost = call_cost_ns_.find(event.layer());
+    if (cost != call_cost_ns_.end()) {
+      duty_->on_call(event.pid, cost->second, may_duty_cycle(*event.spec));
+    }
+  }
   flight_.add(event.pid, Event{event});
   if (!event.finished) {
     CallRecord entry = event;
@@ -536,6 +591,7 @@ void Recorder::tick(uint64_t now_ns, bool final) {
     leaks_checked_ns_ = now_ns;
     for (Anomaly& a : leaks_.check(session_.start_ns)) report(std::move(a));
   }
+  cycle(now_ns, final);
   // Windows close a second at a time; the detectors learn each worker's warm-up, then score.
   analysis_.set_session_start(session_.start_ns);
   for (Anomaly& a : final ? analysis_.finish(now_ns) : analysis_.advance(now_ns)) {

@@ -3,12 +3,16 @@
 // events (new processes, libraries mapped later, exits).
 #pragma once
 
+#include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "agent/duty_cycle.h"
 #include "agent/flight_recorder.h"
 #include "analysis/collectives.h"
 #include "analysis/leak_detector.h"
@@ -60,6 +64,15 @@ class Recorder {
     python_calls_ = count_calls;
   }
 
+  // --overhead-budget (agent/duty_cycle.h): the rows that may be traced part of the time
+  // (may_duty_cycle) are, so that no process's estimated slowdown passes the budget. The tracer
+  // must have been opened with Tracer::Options::duty_cycle. `call_costs` says what one traced call
+  // of each layer costs the job, in ns (its traps and programs); it is asked once a second.
+  using CallCosts = std::function<std::map<Layer, double>()>;
+  void set_overhead_budget(DutyCycle::Options options, uint64_t start_ns, CallCosts call_costs);
+  // The budget's account so far, or nullopt without a budget.
+  std::optional<DutyCycleFigures> duty_cycle_figures(uint64_t now_ns) const;
+
   // Entry point for every ring buffer record.
   void handle(std::span<const std::byte> data);
 
@@ -90,7 +103,6 @@ class Recorder {
   std::vector<std::string> finish_sinks();
 
   const std::vector<std::string>& warnings() const { return warnings_; }
-  uint64_t decode_errors() const { return decode_errors_; }
   // Whether a followed process had a library of `layer` mapped (probes on a library found only
   // on the search path prove nothing about the job: torch is installed, the job may not use it).
   bool layer_mapped(Layer layer) const { return mapped_layers_.contains(layer); }
@@ -112,6 +124,8 @@ class Recorder {
   void warn(std::string message);
   // Sends SIGCONT to a stopped target and counts how long it waited.
   void resume(uint32_t pid);
+  // Moves the budget's phases on, attaching or releasing the cycled probes.
+  void cycle(uint64_t now_ns, bool final);
 
   Session& session_;
   std::set<Layer> layers_;
@@ -136,7 +150,6 @@ class Recorder {
   std::string out_dir_;
   size_t flight_files_ = 0;
   std::vector<std::string> warnings_;
-  uint64_t decode_errors_ = 0;
   std::set<Layer> mapped_layers_;
   TorchThreads torch_threads_;
   PythonProfile python_;
@@ -147,6 +160,11 @@ class Recorder {
   };
   std::map<uint32_t, PythonRegistration> python_processes_;  // pid -> where its runtime is
   std::set<FileId> not_interpreters_;                        // mapped files that are not CPython
+  std::optional<DutyCycle> duty_;
+  CallCosts call_costs_;
+  std::map<Layer, double> call_cost_ns_;  // call_costs_'s answer, refreshed once a second
+  uint64_t call_costs_read_ns_ = 0;
+  bool budget_warned_ = false;
 };
 
 // "killed by SIGSEGV (Segmentation fault), core dumped" from a wait status.

@@ -84,12 +84,19 @@ class TraceRun {
                           .stop_on_dlopen = options_.stop_on_dlopen,
                           .btf_path = options_.btf_path,
                           .verbose = options_.verbose,
-                          .torch_ops = std::move(*torch_ops)};
+                          .torch_ops = std::move(*torch_ops),
+                          .duty_cycle = options_.overhead_budget_pct.has_value()};
     auto tracer =
         Tracer::open(topts, [this](std::span<const std::byte> d) { recorder_.handle(d); });
     if (!tracer) return fail(kExitUsage, tracer.error().message);
     tracer_ = std::move(*tracer);
     recorder_.set_tracer(tracer_.get());
+    if (options_.overhead_budget_pct) {
+      if (auto problem = overhead_.prepare_budget()) return fail(kExitUsage, *problem);
+      recorder_.set_overhead_budget({.budget = *options_.overhead_budget_pct / 100},
+                                    session_.start_ns,
+                                    [this] { return overhead_.call_costs_ns(*tracer_); });
+    }
     for (const std::string& warning : tracer_->warnings()) {
       fmt::print(stderr, "eacgm: warning: {}\n", warning);
     }
@@ -184,6 +191,7 @@ class TraceRun {
     // After the job's end, not beside it: the trap cost may be measured now (once a boot).
     session_.overhead = overhead_.read(*tracer_);
     session_.overhead.pauses = recorder_.pauses();
+    session_.overhead.duty_cycle = recorder_.duty_cycle_figures(session_.end_ns);
     if (options_.layers.contains(Layer::kTorch)) {
       session_.layers[Layer::kTorch].extra["calls_unwound"] = tracer_->calls_unwound();
     }

@@ -32,6 +32,8 @@ struct TraceOptions {
   double python_rate_hz = 99.0;
   double python_slow_ms = 100.0;
   bool python_calls = false;  // count calls through USDT (python:function__return)
+  // --overhead-budget, in percent of each traced process's time (agent/duty_cycle.h).
+  std::optional<double> overhead_budget_pct;
 };
 
 // Runs `command` traced from its first instruction; returns its exit code.

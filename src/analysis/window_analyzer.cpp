@@ -150,6 +150,10 @@ std::vector<Anomaly> WindowAnalyzer::process(std::vector<Window> windows) {
     }
     ++e.windows;
     if (w.index < 1) continue;  // the setup second is like no other
+    if (overlaps_untraced(w)) {
+      ++e.untraced;
+      continue;
+    }
     if (!e.baseline && model_) e.baseline = model_->find(e.key);
     if (!e.baseline) {
       if (model_ || e.gave_up) continue;
@@ -169,6 +173,15 @@ std::vector<Anomaly> WindowAnalyzer::process(std::vector<Window> windows) {
     score(e, w, out);
   }
   return out;
+}
+
+bool WindowAnalyzer::overlaps_untraced(const Window& w) const {
+  // Windows come roughly in time order and intervals are few: the newest are checked first.
+  for (auto it = untraced_.rbegin(); it != untraced_.rend(); ++it) {
+    if (it->first < w.end_ns && w.start_ns < it->second) return true;
+    if (it->second <= w.start_ns) break;  // this one and every older one ended before w began
+  }
+  return false;
 }
 
 bool WindowAnalyzer::step(Episode& ep, bool hit, const Window& w) const {
@@ -369,6 +382,7 @@ nlohmann::json WindowAnalyzer::report() const {
         {"key", e.key},
         {"windows", e.windows},
         {"scored_windows", e.scored}};
+    if (!untraced_.empty()) j["untraced_windows"] = e.untraced;
     if (e.learned) {
       j["baseline"] = fmt::format("warm-up ({} windows)", e.learned->windows);
     } else if (e.baseline) {

@@ -19,6 +19,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "analysis/detector_model.h"
@@ -77,6 +78,16 @@ class WindowAnalyzer {
     seen_.erase(pid);
     last_pid_ = 0;
   }
+  // Windows that overlap [from_ns, to_ns) are neither learned from nor scored: not all of their
+  // calls were traced (--overhead-budget's off-phases). An interval under way ends at UINT64_MAX
+  // until end_untraced() closes it.
+  void add_untraced(uint64_t from_ns, uint64_t to_ns = UINT64_MAX) {
+    untraced_.emplace_back(from_ns, to_ns);
+  }
+  void end_untraced(uint64_t at_ns) {
+    if (!untraced_.empty() && untraced_.back().second == UINT64_MAX)
+      untraced_.back().second = at_ns;
+  }
   // Anomalies clear from the windows complete by `now_ns`.
   std::vector<Anomaly> advance(uint64_t now_ns);
   // The session ended: the remaining complete windows.
@@ -98,7 +109,7 @@ class WindowAnalyzer {
     std::optional<EntityBaseline> learned;
     const EntityBaseline* baseline = nullptr;
     bool gave_up = false;  // the warm-up could not give a baseline
-    size_t windows = 0, scored = 0;
+    size_t windows = 0, scored = 0, untraced = 0;
     Episode gmm, throughput;
     std::map<std::string, Episode> latency;
     // The layer most of its calls belong to (by the last window with calls): what a throughput
@@ -107,6 +118,7 @@ class WindowAnalyzer {
   };
 
   std::vector<Anomaly> process(std::vector<Window> windows);
+  bool overlaps_untraced(const Window& w) const;
   void score(Entity& e, const Window& w, std::vector<Anomaly>& out);
   // Counts a hit or a miss; true when this window starts a reportable episode.
   bool step(Episode& ep, bool hit, const Window& w) const;
@@ -120,6 +132,7 @@ class WindowAnalyzer {
   std::map<uint32_t, Entity> entities_;
   std::set<uint32_t> seen_;  // every process with a call, windowed or not
   uint32_t last_pid_ = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> untraced_;  // in order, [from, to)
 };
 
 }  // namespace eacgm

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -105,6 +106,24 @@ nlohmann::json live_only_anomalies(const std::string& dir, std::string& note) {
   return out;
 }
 
+// --overhead-budget's off-phases (summary.json overhead.budget.untraced_s, seconds from the
+// session's start): the windows that overlap one are not judged, as the live run did not judge
+// them; they lack the calls that were not traced.
+void skip_untraced(const std::string& dir, uint64_t start_ns, WindowAnalyzer& analyzer) {
+  std::ifstream in(dir + "/summary.json");
+  const nlohmann::json summary = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json::json_pointer at("/overhead/budget/untraced_s");
+  if (!summary.is_object() || !summary.contains(at) || !summary[at].is_array()) return;
+  for (const nlohmann::json& phase : summary[at]) {
+    if (!phase.is_array() || phase.size() != 2 || !phase[0].is_number() || !phase[1].is_number())
+      continue;
+    const auto ns = [start_ns](const nlohmann::json& s) {
+      return start_ns + static_cast<uint64_t>(std::max(0.0, s.get<double>()) * 1e9);
+    };
+    analyzer.add_untraced(ns(phase[0]), ns(phase[1]));
+  }
+}
+
 int run_analyze(const AnalyzeArgs& args) {
   auto session = load_recorded_session(args.session);
   if (!session) return fail(kExitUsage, session.error().message);
@@ -120,6 +139,7 @@ int run_analyze(const AnalyzeArgs& args) {
   options.persist = args.persist;
   options.baseline = baseline_options(args.learn);
   WindowAnalyzer analyzer(options, model ? &*model : nullptr);
+  skip_untraced(args.session, (*session)->start_ns, analyzer);
   LeakDetector leaks;
   std::vector<Anomaly> anomalies = replay_session(**session, analyzer, &leaks);
   std::stable_sort(anomalies.begin(), anomalies.end(),

@@ -91,6 +91,11 @@ void add_trace_options(CLI::App* cmd, eacgm::TraceOptions& opts, std::string& la
   cmd->add_flag("--python-calls", opts.python_calls,
                 "python layer: count every Python function call through the interpreter's USDT "
                 "probes (where it has them; costs about a microsecond per call)");
+  cmd->add_option("--overhead-budget", opts.overhead_budget_pct,
+                  "keep what tracing costs each traced process under this share of its time "
+                  "(1% or 1): launches, copies, syncs and torch operators are then traced part "
+                  "of the time, and their counts marked sampled (docs/PERFORMANCE.md)")
+      ->transform(eacgm::overhead_budget_percent());
   cmd->add_option("--btf", opts.btf_path, "kernel BTF file (default: the running kernel's)");
   cmd->add_flag(
       "--no-stop-on-dlopen", [&opts](int64_t) { opts.stop_on_dlopen = false; },

@@ -26,4 +26,15 @@ CLI::Validator bounded(double lo, double hi, const std::string& unit) {
       fmt::format("in [{}, {}]", lo, hi), "bounded");
 }
 
+CLI::Validator overhead_budget_percent() {
+  const CLI::Validator range = bounded(kMinOverheadBudgetPct, kMaxOverheadBudgetPct, "percent");
+  return CLI::Validator(
+      [range](std::string& text) -> std::string {
+        if (text.ends_with('%')) text.pop_back();
+        return range(text);
+      },
+      fmt::format("a percentage in [{}, {}]", kMinOverheadBudgetPct, kMaxOverheadBudgetPct),
+      "percent");
+}
+
 }  // namespace eacgm

@@ -14,6 +14,14 @@ namespace eacgm {
 // message and in --help: "seconds", "milliseconds (1 ms to 1 hour)".
 CLI::Validator bounded(double lo, double hi, const std::string& unit);
 
+// --overhead-budget: a percentage above 0 and at most 100, written `1%` or `1`; the value the
+// option receives is the number (1). A transform, not a check: it rewrites the text.
+CLI::Validator overhead_budget_percent();
+// The limits of --overhead-budget, in percent. Below a hundredth of a percent an on-phase of two
+// seconds would need an off-phase of hours: no detector would see the job in time.
+inline constexpr double kMinOverheadBudgetPct = 0.01;
+inline constexpr double kMaxOverheadBudgetPct = 100;
+
 // The limits of the flags record, attach and serve share, documented in the README.
 inline constexpr double kMinHangTimeoutS = 0.1;
 inline constexpr double kMaxHangTimeoutS = 86400;  // a day: no collective legitimately waits longer

@@ -125,6 +125,7 @@ class Agent {
     metrics_.set_event_counts(session_.events_recorded, tracer_.dropped());
     TracingOverhead overhead = overhead_.read(tracer_);
     overhead.pauses = recorder_.pauses();
+    overhead.duty_cycle = recorder_.duty_cycle_figures(now_ns);
     metrics_.set_overhead(std::move(overhead));
     for (Layer layer : options_.layers) {
       if (layer == Layer::kGpu) continue;  // set by the caller, which owns the gpu layer
@@ -172,6 +173,10 @@ int run_serve(const ServeOptions& options) {
   }
   const Privileges privileges = current_privileges();
   if (!privileges.sufficient()) return fail(kExitUsage, privileges.explain());
+  OverheadMeter budget_costs;  // --overhead-budget: what a traced call costs, from the first
+  if (options.overhead_budget_pct) {
+    if (auto problem = budget_costs.prepare_budget()) return fail(kExitUsage, *problem);
+  }
 
   // Before any thread exists (HTTP, NVML sampler), so the signals reach only the signalfd.
   sigset_t signals;
@@ -220,13 +225,19 @@ int run_serve(const ServeOptions& options) {
   auto tracer = Tracer::open({.layers = bpf_layers,
                               .stop_on_dlopen = true,
                               .btf_path = options.btf_path,
-                              .verbose = options.verbose},
+                              .verbose = options.verbose,
+                              .duty_cycle = options.overhead_budget_pct.has_value()},
                              [&recorder](std::span<const std::byte> d) { recorder.handle(d); });
   if (!tracer) {
     sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     return fail(kExitUsage, tracer.error().message);
   }
   recorder.set_tracer(tracer->get());
+  if (options.overhead_budget_pct) {
+    recorder.set_overhead_budget(
+        {.budget = *options.overhead_budget_pct / 100}, session.start_ns,
+        [&budget_costs, &tracer] { return budget_costs.call_costs_ns(**tracer); });
+  }
   for (const std::string& warning : (*tracer)->warnings()) {
     fmt::print(stderr, "eacgm: warning: {}\n", warning);
   }
@@ -318,6 +329,12 @@ void add_serve_command(CLI::App& app, std::function<int()>& run, LayerParser par
       ->add_option("--gpu-rate", args->options.gpu_rate_hz, "gpu layer: samples per second per GPU")
       ->capture_default_str()
       ->check(bounded(kMinGpuRateHz, kMaxGpuRateHz, "samples per second"));
+  serve
+      ->add_option("--overhead-budget", args->options.overhead_budget_pct,
+                   "keep what tracing costs each traced process under this share of its time "
+                   "(1% or 1): launches, copies, syncs and torch operators are then traced part "
+                   "of the time (eacgm_traced_ratio says how much)")
+      ->transform(overhead_budget_percent());
   serve->add_option("--btf", args->options.btf_path,
                     "kernel BTF file (default: the running kernel's)");
   serve->add_flag("-v,--verbose", args->options.verbose,

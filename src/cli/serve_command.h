@@ -29,6 +29,8 @@ struct ServeOptions {
   std::string nvml_lib;
   double gpu_rate_hz = 1.0;
   bool verbose = false;
+  // --overhead-budget, in percent of each traced process's time (agent/duty_cycle.h).
+  std::optional<double> overhead_budget_pct;
 };
 
 // Runs until SIGTERM or SIGINT; returns 0 after a clean shutdown (every probe

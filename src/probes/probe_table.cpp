@@ -901,6 +901,13 @@ std::span<const ProbeSpec> probe_table(Layer layer) {
   }
 }
 
+bool may_duty_cycle(const ProbeSpec& spec) {
+  const bool call_layer =
+      spec.layer == Layer::kCuda || spec.layer == Layer::kDriver || spec.layer == Layer::kTorch;
+  return call_layer && spec.memory == MemoryEffect::kNone && spec.role == CallRole::kPlain &&
+         spec.name_slot == kNoSlot && spec.alias_slot == kNoSlot && !spec.emit_entry;
+}
+
 uint8_t bpf_row_flags(const ProbeSpec& spec) {
   return (spec.emit_entry ? EACGM_ROW_EMIT_ENTRY : 0) |
          (spec.name_slot != kNoSlot ? EACGM_ROW_NAMES : 0);

@@ -142,6 +142,13 @@ std::optional<Layer> library_layer(std::string_view path);
 // guard (see Tracer::attach_unwind_guard).
 bool is_unwinder_library(std::string_view path);
 
+// Whether a row may be traced part of the time under --overhead-budget (agent/duty_cycle.h): a
+// frequent call whose meaning depends on no other call. Allocations and frees (outstanding memory
+// would drift), rows that name kernels (launches would lose their names), NCCL (ranks' sequences
+// of collectives would disagree) and rows whose start is announced (a hang must be seen) are
+// always traced.
+bool may_duty_cycle(const ProbeSpec& spec);
+
 // The row's EACGM_ROW_* flags for the BPF side (bpf/events.h): whether its
 // start is announced and whether it names a handle.
 uint8_t bpf_row_flags(const ProbeSpec& spec);

@@ -301,6 +301,13 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
   tracer->handler_ = std::move(handler);
   tracer->torch_filter_ = options.torch_ops;
   tracer->multi_ = kernel_has_uprobe_multi();
+  if (options.duty_cycle && !tracer->multi_) {
+    // Without them every function is a link of its own, released one by one (~50 ms each).
+    return Error{
+        "--overhead-budget needs uprobe_multi links (Linux 6.6 or later), which this kernel "
+        "lacks; trace without a budget, or narrow the layers"};
+  }
+  tracer->duty_cycle_ = options.duty_cycle;
   tracer->may_stop_ = options.stop_on_dlopen;
   // Counted from the first program on: each run then reads the clock twice (~20 ns here), which
   // is how summary.json's `overhead` can say what the probes cost.
@@ -520,12 +527,6 @@ void Tracer::remove_python_process(uint32_t pid) {
   python_->links.erase(it);
 }
 
-bool Tracer::is_python_process(uint32_t pid) const {
-  if (!python_) return false;
-  std::lock_guard lock(python_->mutex);
-  return python_->links.contains(pid);
-}
-
 Result<bool> Tracer::attach_python_usdt(const std::string& path, bool calls) {
   if (!programs_->python) return Error{"the python layer is not enabled"};
   const std::optional<FileId> id = file_id(path);
@@ -653,14 +654,62 @@ Result<bool> Tracer::attach_library(Layer layer, const std::string& path) {
     return Error{
         fmt::format("{} exports none of the {} functions eacgm traces", path, layer_name(layer))};
   }
-  for (auto [prog, is_return] : {std::pair{entry, false}, std::pair{ret, true}}) {
-    auto probe = multi_ ? AttachedProbe::attach_multi(prog, path, offsets, cookies, is_return)
-                        : AttachedProbe::attach_each(prog, path, offsets, cookies, is_return);
-    if (!probe) return probe.error();
-    probes_.push_back(std::move(*probe));
+  const size_t functions = offsets.size();
+  CycledRows cycled{entry, ret, path, {}, {}};
+  if (duty_cycle_) {
+    std::vector<uint64_t> always_offsets, always_cookies;
+    for (size_t i = 0; i < offsets.size(); ++i) {
+      const ProbeSpec* spec =
+          layer == Layer::kTorch ? torch_ops_.row(cookies[i]) : &probe_table(layer)[cookies[i]];
+      const bool cycles = spec != nullptr && may_duty_cycle(*spec);
+      (cycles ? cycled.offsets : always_offsets).push_back(offsets[i]);
+      (cycles ? cycled.cookies : always_cookies).push_back(cookies[i]);
+    }
+    offsets = std::move(always_offsets);
+    cookies = std::move(always_cookies);
   }
-  libraries_.push_back(TracedLibrary{layer, path, *id, offsets.size()});
+  if (!offsets.empty()) {
+    for (auto [prog, is_return] : {std::pair{entry, false}, std::pair{ret, true}}) {
+      auto probe = multi_ ? AttachedProbe::attach_multi(prog, path, offsets, cookies, is_return)
+                          : AttachedProbe::attach_each(prog, path, offsets, cookies, is_return);
+      if (!probe) return probe.error();
+      probes_.push_back(std::move(*probe));
+    }
+  }
+  if (!cycled.offsets.empty()) {
+    if (cycled_on_) {
+      if (auto r = attach_cycled(cycled); !r) return r.error();
+    }
+    cycled_.push_back(std::move(cycled));
+  }
+  libraries_.push_back(TracedLibrary{layer, path, *id, functions});
   return true;
+}
+
+Result<void> Tracer::attach_cycled(const CycledRows& rows) {
+  for (auto [prog, is_return] : {std::pair{rows.entry, false}, std::pair{rows.ret, true}}) {
+    auto probe =
+        AttachedProbe::attach_multi(prog, rows.path, rows.offsets, rows.cookies, is_return);
+    if (!probe) return probe.error();
+    cycled_probes_.push_back(std::move(*probe));
+  }
+  return {};
+}
+
+Result<void> Tracer::set_cycled_probes(bool on) {
+  if (on == cycled_on_) return {};
+  cycled_on_ = on;
+  if (!on) {
+    LinkRelease release;
+    for (std::unique_ptr<AttachedProbe>& probe : cycled_probes_) probe->release_into(release);
+    release.run();
+    cycled_probes_.clear();
+    return {};
+  }
+  for (const CycledRows& rows : cycled_) {
+    if (auto r = attach_cycled(rows); !r) return r;
+  }
+  return {};
 }
 
 Result<bool> Tracer::attach_unwind_guard(const std::string& path) {
@@ -740,7 +789,6 @@ int Tracer::wait(int other_fd) {
   return drain();
 }
 int Tracer::drain() { return static_cast<int>(ring_->consume()); }
-int Tracer::epoll_fd() const { return ring_->fd(); }
 
 uint64_t Tracer::dropped() const { return sum_per_cpu(programs_->core->maps.drops); }
 
@@ -820,6 +868,9 @@ void Tracer::detach_probes() {
     }
     for (std::unique_ptr<AttachedProbe>& probe : probes_) probe->release_into(calls);
     probes_.clear();
+    for (std::unique_ptr<AttachedProbe>& probe : cycled_probes_) probe->release_into(calls);
+    cycled_probes_.clear();
+    cycled_.clear();
   }
   // Then the guards: the unwind guard must outlive the return probes it protects, and the
   // loader probe goes too, since nothing may stop a target once we stop listening.

@@ -46,6 +46,9 @@ class Tracer {
     std::string btf_path;  // custom kernel BTF (tests); empty: the running kernel's
     bool verbose = false;
     TorchOpFilter torch_ops = TorchOpFilter::default_set();  // torch layer: operators to probe
+    // --overhead-budget: the rows that may be traced part of the time (may_duty_cycle) get links
+    // of their own, which set_cycled_probes() attaches and releases. Needs uprobe_multi links.
+    bool duty_cycle = false;
   };
   using EventHandler = std::function<void(std::span<const std::byte>)>;
 
@@ -79,8 +82,6 @@ class Tracer {
   int wait(int other_fd);
   // Consumes whatever is in the ring buffer without waiting.
   int drain();
-  // Polls readable (poll(2), epoll) while there are events to drain.
-  int epoll_fd() const;
   uint64_t dropped() const;  // failed reservations, all CPUs
   const std::vector<TracedLibrary>& libraries() const { return libraries_; }
   bool uses_uprobe_multi() const { return multi_; }
@@ -89,6 +90,11 @@ class Tracer {
   // Removes every uprobe now (the maps stay, so events already in the ring
   // buffer can still be drained).
   void detach_probes();
+  // Options::duty_cycle: attaches (true) or releases (false) the cycled rows' probes of every
+  // library, now and for libraries probed later. A call open when they are released finishes
+  // unseen; its frame is dropped at the thread's next traced call (bpf/common.bpf.h).
+  Result<void> set_cycled_probes(bool on);
+  bool cycled_probes_on() const { return cycled_on_; }
 
   // Why an enabled layer without libraries (os) could not be set up, or
   // nullopt when it works. Such a layer never makes open() fail: the others
@@ -100,7 +106,6 @@ class Tracer {
   // layout (index into python_layouts()) to walk it with; its threads are sampled from then on.
   Result<void> add_python_process(uint32_t pid, uint64_t runtime, uint32_t layout);
   void remove_python_process(uint32_t pid);
-  bool is_python_process(uint32_t pid) const;
   // Times garbage collections, and with `calls` counts every function call, through the
   // interpreter file's USDT probes (once per file, by inode). Returns whether it was newly
   // attached.
@@ -147,6 +152,18 @@ class Tracer {
   std::vector<TracedLibrary> libraries_;
   std::vector<std::unique_ptr<AttachedProbe>> probes_;        // the layers' call probes
   std::vector<std::unique_ptr<AttachedProbe>> guard_probes_;  // loader stop, unwind guards
+  // Options::duty_cycle: each library's cycled rows, and their probes while attached.
+  struct CycledRows {
+    bpf_program* entry = nullptr;
+    bpf_program* ret = nullptr;
+    std::string path;
+    std::vector<uint64_t> offsets, cookies;
+  };
+  Result<void> attach_cycled(const CycledRows& rows);
+  bool duty_cycle_ = false;
+  bool cycled_on_ = true;
+  std::vector<CycledRows> cycled_;
+  std::vector<std::unique_ptr<AttachedProbe>> cycled_probes_;
   std::map<Layer, std::string> layer_problems_;
   std::vector<std::string> warnings_;
   std::set<uint32_t> ioctl_devices_;

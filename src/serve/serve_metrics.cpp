@@ -103,6 +103,11 @@ std::vector<MetricFamilyInfo> ServeMetrics::families() {
       {"eacgm_target_paused_seconds_total", "counter",
        "Time targets spent stopped by eacgm, summed over stops."},
       {"eacgm_gpu_events_total", "counter", "XID and ECC events each GPU reported (NVML)."},
+      {"eacgm_overhead_budget_ratio", "gauge",
+       "--overhead-budget: the share of each traced process's time tracing may cost it."},
+      {"eacgm_traced_ratio", "gauge",
+       "--overhead-budget: the share of the time the frequent calls (launches, copies, syncs, "
+       "torch operators) were traced; their call counts are sampled by it."},
   };
   for (const GpuMetricInfo& info : gpu_metrics()) {
     out.push_back({gpu_family(info), "gauge",
@@ -259,7 +264,8 @@ void ServeMetrics::render_overhead(Exposition& out, Family& family) const {
        {"eacgm_probe_hits_total", "eacgm_probe_bpf_seconds_total", "eacgm_probe_trap_seconds",
         "eacgm_estimated_added_seconds_total", "eacgm_process_estimated_added_seconds_total",
         "eacgm_agent_cpu_seconds_total", "eacgm_agent_peak_resident_bytes",
-        "eacgm_target_pauses_total", "eacgm_target_paused_seconds_total"}) {
+        "eacgm_target_pauses_total", "eacgm_target_paused_seconds_total",
+        "eacgm_overhead_budget_ratio", "eacgm_traced_ratio"}) {
     family(name);
   }
   if (!overhead_) return;
@@ -290,6 +296,10 @@ void ServeMetrics::render_overhead(Exposition& out, Family& family) const {
   out.sample("eacgm_agent_peak_resident_bytes", {}, static_cast<double>(o.agent_peak_rss_bytes));
   out.sample("eacgm_target_pauses_total", {}, static_cast<double>(o.pauses.count));
   out.sample("eacgm_target_paused_seconds_total", {}, static_cast<double>(o.pauses.total_ns) / 1e9);
+  if (o.duty_cycle) {
+    out.sample("eacgm_overhead_budget_ratio", {}, o.duty_cycle->budget);
+    out.sample("eacgm_traced_ratio", {}, o.duty_cycle->traced_fraction);
+  }
 }
 
 void ServeMetrics::set_event_counts(uint64_t recorded, uint64_t dropped) {

@@ -68,6 +68,20 @@ nlohmann::json TracingOverhead::to_json(double duration_s) const {
       {"target_longest_pause_ms", static_cast<double>(pauses.longest_ns) / 1e6},
   };
   if (programs_problem) out["problem"] = *programs_problem;
+  out["budget"] = nullptr;
+  if (duty_cycle) {
+    json untraced = json::array();
+    for (const auto& [from, to] : duty_cycle->untraced) {
+      untraced.push_back({static_cast<double>(from) / 1e9, static_cast<double>(to) / 1e9});
+    }
+    out["budget"] = {{"budget_pct", 100 * duty_cycle->budget},
+                     {"traced_fraction", duty_cycle->traced_fraction},
+                     {"on_phases", duty_cycle->on_phases},
+                     {"slowdown_while_traced_pct", 100 * duty_cycle->slowdown_while_traced},
+                     {"always_traced_slowdown_pct", 100 * duty_cycle->always_traced_slowdown},
+                     {"estimated_slowdown_pct", 100 * duty_cycle->estimated_slowdown},
+                     {"untraced_s", std::move(untraced)}};
+  }
   return out;
 }
 
@@ -89,8 +103,15 @@ std::string TracingOverhead::report_line(double duration_s) const {
           ? ""
           : fmt::format("; stopped {} times while eacgm probed what it loaded, {:.1f} ms in all",
                         pauses.count, static_cast<double>(pauses.total_ns) / 1e6);
-  return fmt::format("overhead: {}{}; eacgm used {:.2f} s of CPU, {:.0f} MiB at most", cost, paused,
-                     agent_cpu_s, static_cast<double>(agent_peak_rss_bytes) / (1 << 20));
+  const std::string budget =
+      duty_cycle ? fmt::format(
+                       "; under a budget of {:.3g} %, the frequent calls were traced {:.0f} % "
+                       "of the time (counts of those are sampled)",
+                       100 * duty_cycle->budget, 100 * duty_cycle->traced_fraction)
+                 : "";
+  return fmt::format("overhead: {}{}{}; eacgm used {:.2f} s of CPU, {:.0f} MiB at most", cost,
+                     paused, budget, agent_cpu_s,
+                     static_cast<double>(agent_peak_rss_bytes) / (1 << 20));
 }
 
 }  // namespace eacgm

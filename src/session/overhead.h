@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace eacgm {
@@ -21,6 +22,25 @@ struct TargetPauses {
   uint64_t count = 0;
   uint64_t total_ns = 0;
   uint64_t longest_ns = 0;
+};
+
+// --overhead-budget's account (agent/duty_cycle.h): how much of the time the rows that may be
+// traced part of the time were, and what that cost.
+struct DutyCycleFigures {
+  double budget = 0;           // as given, a fraction of each process's time
+  double traced_fraction = 1;  // of the session so far, the share its cycled rows were traced
+  uint64_t on_phases = 0;
+  // The costliest process's slowdown while traced, at the last on-phase's end (a fraction).
+  double slowdown_while_traced = 0;
+  // Of that, the calls always traced (allocations, frees, NCCL): above the budget, the budget
+  // cannot hold, however little the cycled calls are traced.
+  double always_traced_slowdown = 0;
+  // The costliest process's cost in on-phases over the session's time so far: what the budget
+  // holds (a fraction).
+  double estimated_slowdown = 0;
+  // The off-phases, [start, end) in ns from the session's start (the first kMaxUntraced).
+  static constexpr size_t kMaxUntraced = 10000;
+  std::vector<std::pair<uint64_t, uint64_t>> untraced;
 };
 
 struct TracingOverhead {
@@ -38,6 +58,7 @@ struct TracingOverhead {
   double agent_cpu_s = 0;
   uint64_t agent_peak_rss_bytes = 0;
   TargetPauses pauses;
+  std::optional<DutyCycleFigures> duty_cycle;  // with --overhead-budget
 
   // The job's programs by layer (group), the python sampler's left out.
   struct LayerCost {

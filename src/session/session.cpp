@@ -61,6 +61,7 @@ void Session::add_call(const CallRecord& call) {
   if (it == layer.calls.end())
     it = layer.calls.emplace(std::string(call.name()), CallStats{}).first;
   CallStats& stats = it->second;
+  if (duty_cycled && !stats.sampled) stats.sampled = may_duty_cycle(*call.spec);
   ++stats.count;
   stats.total_ns += call.duration_ns;
   stats.self_ns += call.duration_ns;

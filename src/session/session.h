@@ -110,6 +110,9 @@ struct CallStats {
   uint64_t bytes = 0;
   std::map<int64_t, uint64_t> errors_by_code;
   std::vector<uint64_t> durations_ns;  // every duration, for exact percentiles
+  // Traced part of the time (--overhead-budget): `count` and the sums are of the calls seen, and
+  // the layer's traced_fraction says what share of the time that was.
+  bool sampled = false;
 
   // Nearest-rank percentile (p in [0, 100]); 0 when empty.
   uint64_t percentile_ns(double p) const;
@@ -137,6 +140,8 @@ struct LayerState {
   // Calls that were another layer's call's inner part (CallRecord::inner), by symbol name.
   std::map<std::string, uint64_t, std::less<>> inner_calls = {};
   nlohmann::json extra = nlohmann::json::object();  // layer-specific figures (nccl: ranks)
+  // --overhead-budget: the share of the session this layer's cycled rows were traced.
+  std::optional<double> traced_fraction = std::nullopt;
 };
 
 // What an output of the session could not hold: a write failed (a full disk) and the rest of it,
@@ -177,7 +182,12 @@ class Session {
   uint64_t end_ns = 0;             // monotonic
   int64_t realtime_offset_ns = 0;  // add to a monotonic time to get wall-clock ns
   uint64_t events_recorded = 0;
-  uint64_t events_dropped = 0;   // ring buffer reservations that failed, all CPUs
+  uint64_t events_dropped = 0;  // ring buffer reservations that failed, all CPUs
+  // Events the decoder rejected (a record not in the wire format this eacgm reads): lost too, so
+  // counted beside the drops and warned about once.
+  uint64_t events_undecodable = 0;
+  // --overhead-budget: calls of rows that may be traced part of the time are marked sampled.
+  bool duty_cycled = false;
   bool interrupted = false;      // stopped by Ctrl-C or SIGTERM
   std::vector<OutputLoss> lost;  // outputs that could not be written in full
   TracingOverhead overhead;      // what tracing cost (record and attach fill it at the end)

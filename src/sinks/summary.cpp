@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -16,7 +17,7 @@
 namespace eacgm {
 namespace {
 
-// The key under which a layer lists its calls, as DESIGN.md names them.
+// The key under which a layer lists its calls, as docs/SUMMARY_JSON.md names them.
 std::string_view calls_key(Layer layer) {
   switch (layer) {
     case Layer::kTorch:
@@ -165,7 +166,9 @@ nlohmann::json summary_json(const Session& s) {
   out["exit_code"] = s.exit_code ? json(*s.exit_code) : json(nullptr);
   out["duration_s"] = s.duration_s();
   out["interrupted"] = s.interrupted;
-  out["events"] = {{"recorded", s.events_recorded}, {"dropped", s.events_dropped}};
+  out["events"] = {{"recorded", s.events_recorded},
+                   {"dropped", s.events_dropped},
+                   {"undecodable", s.events_undecodable}};
   // Whether every output was written in full; what a failed write (a full disk) cost, if not.
   out["complete"] = s.lost.empty();
   json lost = json::array();
@@ -228,6 +231,12 @@ nlohmann::json summary_json(const Session& s) {
           c["errors_by_code"] = std::move(by_code);
         }
         if (layer == Layer::kTorch) c["self_ns"] = st.self_ns;
+        if (st.sampled && state.traced_fraction && *state.traced_fraction > 0) {
+          // Seen only while traced: what the whole session would have counted, said as such.
+          c["sampled"] = true;
+          c["estimated_count"] =
+              std::llround(static_cast<double>(st.count) / *state.traced_fraction);
+        }
         calls[name] = std::move(c);
       }
       l[calls_key(layer)] = std::move(calls);
@@ -237,6 +246,7 @@ nlohmann::json summary_json(const Session& s) {
         l["inner_calls"] = std::move(inner);
       }
       for (const auto& [key, value] : state.extra.items()) l[key] = value;
+      if (state.traced_fraction) l["traced_fraction"] = *state.traced_fraction;
     }
     layers[std::string(layer_name(layer))] = std::move(l);
   }

@@ -42,7 +42,7 @@ class SimulatedRuntime(EacgmTest):
         self.assertEqual(s.calls()["cudaMalloc"]["bytes"], 1048576 + 2097152 + 4096)
         self.assertEqual(s.calls()["cudaMemcpy"]["bytes"], 4096)
         self.assertEqual(s.calls()["cudaMemset"]["bytes"], 512)
-        self.assertEqual(s.summary["events"], {"recorded": 10, "dropped": 0})
+        self.assertEqual(s.summary["events"], {"recorded": 10, "dropped": 0, "undecodable": 0})
         self.assertEqual(s.summary["exit_code"], 0)
         pid = s.summary["processes"][0]["pid"]
         self.assertEqual(s.summary["memory"]["outstanding_device_bytes"], {str(pid): 4096})

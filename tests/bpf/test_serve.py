@@ -9,7 +9,8 @@ The job is held (after mapping the traced libraries, before its first call)
 until serve reports the process: serve finds new processes by scanning /proc
 every 0.5 s, so a job's first half second is not traced, and exact counts
 need the whole job. Each test puts its jobs in cgroups of its own, so jobs of
-tests running in parallel are never counted."""
+tests running in parallel are never counted. Under `--overhead-budget`, serve
+exports the budget and the share of the time the frequent calls were traced."""
 import json
 import os
 import re
@@ -25,8 +26,8 @@ import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import eacgm_testlib  # noqa: E402
-from eacgm_testlib import (EACGM, SIM_LIB_DIR, SIMNCCL_JOB, EacgmTest, bpf_links_of,  # noqa: E402
-                           links_left, require_root)
+from eacgm_testlib import (EACGM, SIM_LIB_DIR, SIMNCCL_JOB, SIMTRAIN, EacgmTest,  # noqa: E402
+                           bpf_links_of, links_left, require_root)
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 NCCL_APIS = ["ncclCommInitRank", "ncclAllReduce", "ncclBroadcast", "ncclGroupStart",
@@ -394,6 +395,37 @@ def rank_pids(launcher_pid):
             env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
         ranks[int(env[b"RANK"])] = pid
     return ranks
+
+
+class ServeBudget(ServeFixture):
+    def test_overhead_budget_exports_the_traced_share(self):
+        # simtrain's launches cost it several times the budget while traced
+        # (test_overhead_budget.py): serve traces them part of the time and says how much.
+        cg = self.cgroup()
+        serve = self.serve(free_port(), cg, layers=("--layers", "cuda", "--overhead-budget", "3%"))
+
+        def enter_cgroup():
+            with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+
+        job = subprocess.Popen([SIMTRAIN, "--ranks", "1", "--steps", "4000", "--step-us", "1000",
+                                "--launch-repeat", "40"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                               preexec_fn=enter_cgroup)
+        self.jobs.append(job)
+        deadline = time.time() + 30
+        traced = None
+        while time.time() < deadline and job.poll() is None:
+            m = self.metrics(serve)
+            traced = m.get(("eacgm_traced_ratio", frozenset()))
+            if traced is not None and traced < 0.9:
+                break
+            time.sleep(0.5)
+        self.assertIsNotNone(traced, self.log_of(serve))
+        self.assertLess(traced, 0.9, self.log_of(serve))
+        self.assertGreater(traced, 0)
+        self.assertEqual(m[("eacgm_overhead_budget_ratio", frozenset())], 0.03)
+        self.assertEqual(job.wait(timeout=60), 0)
 
 
 class CrossNodeTest(ServeFixture):
