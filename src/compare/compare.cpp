@@ -433,8 +433,9 @@ Comparison compare_runs(const std::vector<RunData>& base, const std::vector<RunD
     for (const RunData& r : *side) {
       if (r.events_dropped > 0) {
         out.notes.push_back(
-            fmt::format("{} lost {} events (a full ring buffer): its calls are incomplete", r.dir,
-                        r.events_dropped));
+            fmt::format("{} lost {} events (a full ring buffer, or records it could not "
+                        "decode): its calls are incomplete",
+                        r.dir, r.events_dropped));
       }
     }
   }

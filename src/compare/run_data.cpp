@@ -530,7 +530,9 @@ void measure_summary(const LoadedRun& run, RunData& out) {
                                            exit->value("cause", "ended abnormally")));
     }
   }
-  out.events_dropped = summary.value("/events/dropped"_json_pointer, uint64_t{0});
+  // Lost either way: a full ring buffer, or records this eacgm could not decode.
+  out.events_dropped = summary.value("/events/dropped"_json_pointer, uint64_t{0}) +
+                       summary.value("/events/undecodable"_json_pointer, uint64_t{0});
   // Known only from a summary: a crashed recorder's session says nothing of how the job ended.
   out.metrics[{"job", "job", "exit", std::string(kAbnormalRuns)}] =
       RunValues{{ended_abnormally(out.end) ? 100.0 : 0.0}, 1, 0};

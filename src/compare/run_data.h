@@ -105,9 +105,10 @@ bool ended_abnormally(const RunEnd& end);
 
 struct RunData {
   std::string dir;
-  double seconds = 0;           // meta start to end
-  size_t windows = 0;           // how many windows it was cut into
-  uint64_t events_dropped = 0;  // ring-buffer events lost: the calls are incomplete
+  double seconds = 0;  // meta start to end
+  size_t windows = 0;  // how many windows it was cut into
+  // Events lost (summary.json events.dropped and .undecodable): the calls are incomplete.
+  uint64_t events_dropped = 0;
   std::map<MetricKey, RunValues> metrics;
   RunEnd end;
 };

@@ -280,8 +280,8 @@ Observed observe(const SessionMeasure& m) {
 
   if (m.steady.events_dropped > 0) {
     out.notes.push_back(
-        fmt::format("{}: {} events were dropped (a full ring buffer): its calls are "
-                    "incomplete",
+        fmt::format("{}: {} events were lost (a full ring buffer, or records it could not "
+                    "decode): its calls are incomplete",
                     m.dir, m.steady.events_dropped));
   }
   if (m.steady.end.exit_code && *m.steady.end.exit_code != 0) {

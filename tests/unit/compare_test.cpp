@@ -400,6 +400,21 @@ TEST(RunData, TorchSelfTimeKernelsAndInnerCalls) {
   EXPECT_EQ(values("driver", "foo(float*)", kLaunchLatency).count, 0u);
 }
 
+// Events a session lost, to a full ring buffer or as records it could not decode, say that its
+// calls are incomplete: compare and slo note both.
+TEST(RunData, DroppedAndUndecodableEventsAreLost) {
+  TempDir dir("eacgm-compare");
+  {
+    SessionDb db(dir.path().string());
+    db.call(1, "cuda", "cudaMalloc", 0, 1'000, 0);
+  }
+  std::ofstream(dir.path() / "summary.json")
+      << R"({"events": {"recorded": 1, "dropped": 2, "undecodable": 3}})";
+  auto run = load_run(dir.path().string());
+  ASSERT_TRUE(run.ok()) << run.error().message;
+  EXPECT_EQ(measure_run(*run, 100'000'000).events_dropped, 5u);
+}
+
 // Processes that share a key (two DataLoader workers of rank 0) pool their calls: each API's
 // figures cover both, not whichever process came last.
 TEST(RunData, ProcessesOfOneKeyPoolTheirCalls) {
