@@ -71,14 +71,9 @@ void add_trace_options(CLI::App* cmd, eacgm::TraceOptions& opts, std::string& la
       ->default_val(3.0)
       ->check(eacgm::bounded(eacgm::kMinHangTimeoutS, eacgm::kMaxHangTimeoutS,
                              "seconds (at most a day)"));
-  cmd->add_option("--torch-ops", opts.torch_ops,
-                  "torch layer: operators to trace: default (the costly ones), all, or a regular "
-                  "expression matching aten::OP.OVERLOAD, OP.OVERLOAD or OP whole")
+  cmd->add_option("--torch-ops", opts.torch_ops, eacgm::kTorchOpsHelp)
       ->default_val("default")
-      ->check([](const std::string& spec) {
-        auto filter = eacgm::TorchOpFilter::parse(spec);
-        return filter ? std::string() : filter.error().message;
-      });
+      ->check(eacgm::torch_ops_filter());
   cmd->add_option("--python-rate", opts.python_rate_hz,
                   "python layer: stack samples per second of every thread that runs Python")
       ->default_val(99.0)

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "probes/torch_ops.h"
+
 namespace eacgm {
 
 CLI::Validator bounded(double lo, double hi, const std::string& unit) {
@@ -24,6 +26,15 @@ CLI::Validator bounded(double lo, double hi, const std::string& unit) {
         return {};
       },
       fmt::format("in [{}, {}]", lo, hi), "bounded");
+}
+
+CLI::Validator torch_ops_filter() {
+  return CLI::Validator(
+      [](std::string& spec) -> std::string {
+        auto filter = TorchOpFilter::parse(spec);
+        return filter ? std::string() : filter.error().message;
+      },
+      "default|all|REGEX", "torch-ops");
 }
 
 CLI::Validator overhead_budget_percent() {

@@ -17,6 +17,13 @@ CLI::Validator bounded(double lo, double hi, const std::string& unit);
 // --overhead-budget: a percentage above 0 and at most 100, written `1%` or `1`; the value the
 // option receives is the number (1). A transform, not a check: it rewrites the text.
 CLI::Validator overhead_budget_percent();
+// --torch-ops: default, all, or a regular expression over operator names (TorchOpFilter::parse),
+// checked while the command line is read, the same for record, attach and serve.
+CLI::Validator torch_ops_filter();
+inline constexpr const char* kTorchOpsHelp =
+    "torch layer: operators to trace: default (the costly ones), all, or a regular expression "
+    "matching aten::OP.OVERLOAD, OP.OVERLOAD or OP whole";
+
 // The limits of --overhead-budget, in percent. Below a hundredth of a percent an on-phase of two
 // seconds would need an off-phase of hours: no detector would see the job in time.
 inline constexpr double kMinOverheadBudgetPct = 0.01;

@@ -222,10 +222,16 @@ int run_serve(const ServeOptions& options) {
   recorder.configure_os({.monitor = os_monitor});
   std::set<Layer> bpf_layers = options.layers;
   bpf_layers.erase(Layer::kGpu);
+  auto torch_ops = TorchOpFilter::parse(options.torch_ops);
+  if (!torch_ops) {
+    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    return fail(kExitUsage, torch_ops.error().message);
+  }
   auto tracer = Tracer::open({.layers = bpf_layers,
                               .stop_on_dlopen = true,
                               .btf_path = options.btf_path,
                               .verbose = options.verbose,
+                              .torch_ops = std::move(*torch_ops),
                               .duty_cycle = options.overhead_budget_pct.has_value()},
                              [&recorder](std::span<const std::byte> d) { recorder.handle(d); });
   if (!tracer) {
@@ -329,6 +335,9 @@ void add_serve_command(CLI::App& app, std::function<int()>& run, LayerParser par
       ->add_option("--gpu-rate", args->options.gpu_rate_hz, "gpu layer: samples per second per GPU")
       ->capture_default_str()
       ->check(bounded(kMinGpuRateHz, kMaxGpuRateHz, "samples per second"));
+  serve->add_option("--torch-ops", args->options.torch_ops, kTorchOpsHelp)
+      ->capture_default_str()
+      ->check(torch_ops_filter());
   serve
       ->add_option("--overhead-budget", args->options.overhead_budget_pct,
                    "keep what tracing costs each traced process under this share of its time "

@@ -29,6 +29,7 @@ struct ServeOptions {
   std::string nvml_lib;
   double gpu_rate_hz = 1.0;
   bool verbose = false;
+  std::string torch_ops = "default";  // torch layer: operators to trace (TorchOpFilter::parse)
   // --overhead-budget, in percent of each traced process's time (agent/duty_cycle.h).
   std::optional<double> overhead_budget_pct;
 };

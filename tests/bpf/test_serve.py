@@ -625,6 +625,13 @@ class ServeErrors(EacgmTest):
         self.assertIn("is not an IP address", self.serve_fails("--listen", "nowhere:9412"))
         self.assertIn("is not a port number", self.serve_fails("--listen", "127.0.0.1:70000"))
 
+    def test_bad_torch_ops_and_budget(self):
+        # The same flags, checked the same way, as record and attach.
+        self.assertIn("--torch-ops", self.serve_fails("--torch-ops", "aten::(", "--listen",
+                                                      "127.0.0.1:0"))
+        for bad in ("0", "101%", "abc"):
+            self.assertIn("--overhead-budget", self.serve_fails("--overhead-budget", bad))
+
     def test_port_in_use(self):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
