@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,21 +86,29 @@ bool replayed_offline(std::string_view kind) {
   return kind == "latency" || kind == "throughput" || kind == "gmm" || kind == "leak";
 }
 
-// The anomalies the live run recorded in `dir`/summary.json that analyze does not replay; an
-// empty list when the summary is missing or unreadable (then `note` says so).
-nlohmann::json live_only_anomalies(const std::string& dir, std::string& note) {
+// `dir`/summary.json, read once for what analyze takes from it: nullopt when there is none, a
+// discarded (non-object) value when it is not JSON.
+std::optional<nlohmann::json> read_summary(const std::string& dir) {
   std::ifstream in(dir + "/summary.json");
-  if (!in) {
+  if (!in) return std::nullopt;
+  return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+}
+
+// The anomalies the live run recorded in summary.json that analyze does not replay; an empty
+// list when the summary is missing or unreadable (then `note` says so).
+nlohmann::json live_only_anomalies(const std::optional<nlohmann::json>& summary,
+                                   std::string& note) {
+  if (!summary) {
     note = "no summary.json: the live run's other anomalies are unknown";
     return nlohmann::json::array();
   }
-  const nlohmann::json summary = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!summary.is_object() || !summary.contains("anomalies") || !summary["anomalies"].is_array()) {
+  if (!summary->is_object() || !summary->contains("anomalies") ||
+      !(*summary)["anomalies"].is_array()) {
     note = "summary.json is unreadable: the live run's other anomalies are unknown";
     return nlohmann::json::array();
   }
   nlohmann::json out = nlohmann::json::array();
-  for (const nlohmann::json& a : summary["anomalies"]) {
+  for (const nlohmann::json& a : (*summary)["anomalies"]) {
     if (!a.is_object() || !a.contains("kind") || !a["kind"].is_string()) continue;
     if (!replayed_offline(a["kind"].get<std::string>())) out.push_back(a);
   }
@@ -109,12 +118,13 @@ nlohmann::json live_only_anomalies(const std::string& dir, std::string& note) {
 // --overhead-budget's off-phases (summary.json overhead.budget.untraced_s, seconds from the
 // session's start): the windows that overlap one are not judged, as the live run did not judge
 // them; they lack the calls that were not traced.
-void skip_untraced(const std::string& dir, uint64_t start_ns, WindowAnalyzer& analyzer) {
-  std::ifstream in(dir + "/summary.json");
-  const nlohmann::json summary = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+void skip_untraced(const std::optional<nlohmann::json>& summary, uint64_t start_ns,
+                   WindowAnalyzer& analyzer) {
   const nlohmann::json::json_pointer at("/overhead/budget/untraced_s");
-  if (!summary.is_object() || !summary.contains(at) || !summary[at].is_array()) return;
-  for (const nlohmann::json& phase : summary[at]) {
+  if (!summary || !summary->is_object() || !summary->contains(at) || !(*summary)[at].is_array()) {
+    return;
+  }
+  for (const nlohmann::json& phase : (*summary)[at]) {
     if (!phase.is_array() || phase.size() != 2 || !phase[0].is_number() || !phase[1].is_number())
       continue;
     const auto ns = [start_ns](const nlohmann::json& s) {
@@ -139,7 +149,8 @@ int run_analyze(const AnalyzeArgs& args) {
   options.persist = args.persist;
   options.baseline = baseline_options(args.learn);
   WindowAnalyzer analyzer(options, model ? &*model : nullptr);
-  skip_untraced(args.session, (*session)->start_ns, analyzer);
+  const std::optional<nlohmann::json> summary = read_summary(args.session);
+  skip_untraced(summary, (*session)->start_ns, analyzer);
   LeakDetector leaks;
   std::vector<Anomaly> anomalies = replay_session(**session, analyzer, &leaks);
   std::stable_sort(anomalies.begin(), anomalies.end(),
@@ -156,7 +167,7 @@ int run_analyze(const AnalyzeArgs& args) {
   for (const Anomaly& a : anomalies) list.push_back(anomaly_json(a));
   report["anomalies"] = std::move(list);
   std::string live_note;
-  report["live_only"] = live_only_anomalies(args.session, live_note);
+  report["live_only"] = live_only_anomalies(summary, live_note);
   if (!live_note.empty()) report["live_only_note"] = live_note;
   if (!args.output.empty()) {
     if (auto written = write_file_atomically(args.output, json_text(report, 2) + "\n"); !written) {
