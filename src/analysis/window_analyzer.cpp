@@ -6,7 +6,6 @@
 #include <cmath>
 
 namespace eacgm {
-namespace {
 
 std::string format_duration(double ns) {
   if (ns < 1e3) return fmt::format("{:.0f} ns", ns);
@@ -14,6 +13,8 @@ std::string format_duration(double ns) {
   if (ns < 1e9) return fmt::format("{:.2f} ms", ns / 1e6);
   return fmt::format("{:.2f} s", ns / 1e9);
 }
+
+namespace {
 
 bool is_log_ns(int feature) {
   return feature == kLaunchLatency || feature == kSyncLatency || feature == kCollectiveLatency;
@@ -121,6 +122,10 @@ std::string entity_name(uint32_t pid, const EntityInfo& info) {
 }
 
 }  // namespace
+
+std::string latency_suggestion(Layer layer, double robust_z) {
+  return suggestion_for(layer, layer == Layer::kNccl ? kCollectiveLatency : kSyncLatency, robust_z);
+}
 
 std::string entity_key(const EntityInfo& info) {
   const std::string_view worker = info.role == "worker" ? "worker:" : "";
@@ -258,8 +263,7 @@ void WindowAnalyzer::score(Entity& e, const Window& w, std::vector<Anomaly>& out
           who, api, format_duration(now_ns), it->second.log_durations.size(),
           span(ep.first_hit_ns, w.end_ns), now_ns / std::max(base_ns, 1.0),
           format_duration(base_ns), robust_z);
-      a.suggestion = suggestion_for(
-          a.layer, a.layer == Layer::kNccl ? kCollectiveLatency : kSyncLatency, robust_z);
+      a.suggestion = latency_suggestion(a.layer, robust_z);
       out.push_back(std::move(a));
     }
   }
@@ -371,6 +375,15 @@ void WindowAnalyzer::score(Entity& e, const Window& w, std::vector<Anomaly>& out
       out.push_back(std::move(a));
     }
   }
+}
+
+std::set<uint32_t> WindowAnalyzer::unjudged() const {
+  std::set<uint32_t> out;
+  for (uint32_t pid : seen_) {
+    const auto it = entities_.find(pid);
+    if (it == entities_.end() || !it->second.baseline) out.insert(pid);
+  }
+  return out;
 }
 
 nlohmann::json WindowAnalyzer::report() const {

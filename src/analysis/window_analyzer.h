@@ -44,6 +44,11 @@ struct AnalyzerOptions {
   BaselineOptions baseline;
 };
 
+// "12.3 us", "4.56 ms": a duration in the unit a person reads.
+std::string format_duration(double ns);
+// What to do about an API of `layer` that got slower (robust_z: how far, in robust deviations).
+std::string latency_suggestion(Layer layer, double robust_z);
+
 // Who a process is, for naming it and for finding its baseline in a model.
 struct EntityInfo {
   std::optional<int> rank;
@@ -95,6 +100,9 @@ class WindowAnalyzer {
 
   // What each worker got: windows, warm-up, baseline source (for `eacgm analyze`'s report).
   nlohmann::json report() const;
+  // The processes with calls that no baseline judged: they ended before their warm-up did, the
+  // warm-up could not give one, or the model has none for them.
+  std::set<uint32_t> unjudged() const;
 
  private:
   struct Episode {

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "analysis/detector_model.h"
 #include "analysis/leak_detector.h"
 #include "analysis/session_db.h"
+#include "analysis/whole_run_latency.h"
 #include "analysis/window_analyzer.h"
 #include "cli/numeric_flags.h"
 #include "common/atomic_file.h"
@@ -153,6 +155,11 @@ int run_analyze(const AnalyzeArgs& args) {
   skip_untraced(summary, (*session)->start_ns, analyzer);
   LeakDetector leaks;
   std::vector<Anomaly> anomalies = replay_session(**session, analyzer, &leaks);
+  // What no baseline judged (a process shorter than its warm-up) is judged against its whole run.
+  const std::set<uint32_t> unjudged = analyzer.unjudged();
+  for (Anomaly& a : whole_run_latency_episodes(**session, unjudged)) {
+    anomalies.push_back(std::move(a));
+  }
   std::stable_sort(anomalies.begin(), anomalies.end(),
                    [](const Anomaly& a, const Anomaly& b) { return a.t_s < b.t_s; });
 
@@ -163,6 +170,9 @@ int run_analyze(const AnalyzeArgs& args) {
   report["warmup_windows"] = model ? 0 : args.warmup;
   report["calls"] = (*session)->calls.size();
   report["workers"] = analyzer.report();
+  for (nlohmann::json& w : report["workers"]) {
+    w["whole_run"] = unjudged.contains(w["pid"].get<uint32_t>());
+  }
   nlohmann::json list = nlohmann::json::array();
   for (const Anomaly& a : anomalies) list.push_back(anomaly_json(a));
   report["anomalies"] = std::move(list);
@@ -176,13 +186,14 @@ int run_analyze(const AnalyzeArgs& args) {
   }
   if (!args.quiet) {
     fmt::print(
-        "{}: {} calls, {} workers, baseline from {}\n", args.session, (*session)->calls.size(),
-        report["workers"].size(),
+        "{}: {} calls, {} workers, baseline from {}, else from the worker's whole run\n",
+        args.session, (*session)->calls.size(), report["workers"].size(),
         model ? "model " + args.model : fmt::format("each worker's first {} s", args.warmup));
     for (const auto& w : report["workers"]) {
-      fmt::print("  pid {} {}: {} windows, {} scored, baseline: {}\n", w["pid"].get<uint32_t>(),
+      fmt::print("  pid {} {}: {} windows, {} scored, baseline: {}{}\n", w["pid"].get<uint32_t>(),
                  w["key"].get<std::string>(), w["windows"].get<size_t>(),
-                 w["scored_windows"].get<size_t>(), w["baseline"].get<std::string>());
+                 w["scored_windows"].get<size_t>(), w["baseline"].get<std::string>(),
+                 w["whole_run"].get<bool>() ? "; latency judged against its whole run" : "");
     }
     fmt::print("anomalies: {}\n", anomalies.size());
     for (const Anomaly& a : anomalies) {

@@ -139,5 +139,61 @@ class Analysis(EacgmTest):
         assertBad(["analyze", self.healthy["dir"], "--model", missing], "cannot read model")
 
 
+class ShortJob(EacgmTest):
+    """A job shorter than the live warm-up (about 5 s against 1 + 10 windows) is never judged
+    live; `eacgm analyze` judges it against its whole run. Rank 1's stream synchronisations take
+    30 ms instead of 2 ms for 15 steps (200-214), rank 0 stays healthy."""
+
+    RULES = ("latency cudaStreamSynchronize 2ms;"
+             "rank=1 latency cudaStreamSynchronize 30ms from=200 until=214")
+
+    @classmethod
+    def setUpClass(cls):
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("needs root to load BPF programs")
+        import tempfile
+        cls.shared = tempfile.mkdtemp(prefix="eacgm-short-")
+        cls.dir = os.path.join(cls.shared, "short")
+        env = dict(os.environ, SIMGPU_RULES=cls.RULES)
+        cls.proc = subprocess.run([EACGM, "record", "-o", cls.dir, "--layers", "cuda", "--",
+                                   SIMTRAIN, "--ranks", "2", "--steps", "400", "--step-us", "8000"],
+                                  capture_output=True, text=True, timeout=120, env=env)
+        with open(os.path.join(cls.dir, "summary.json")) as f:
+            cls.summary = json.load(f)
+        cls.ranks = {p["rank"]: p["pid"] for p in cls.summary["processes"]
+                     if p["rank"] is not None}
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.shared, ignore_errors=True)
+
+    def test_the_episode_is_found_offline_against_the_whole_run(self):
+        self.assertEqual(self.proc.returncode, 0, self.proc.stderr)
+        # Live, no baseline was ever learned: nothing is claimed about either rank.
+        self.assertEqual(self.summary["anomalies"], [])
+        report = os.path.join(self.tmp, "report.json")
+        proc = eacgm("analyze", self.dir, "-o", report)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(report) as f:
+            report = json.load(f)
+        ranked = [w for w in report["workers"] if w["rank"] is not None]
+        self.assertEqual(len(ranked), 2, report["workers"])
+        for w in ranked:
+            self.assertTrue(w["whole_run"], w)
+            self.assertTrue(w["baseline"].startswith("none"), w)
+        self.assertIn("latency judged against its whole run", proc.stdout)
+        anomalies = report["anomalies"]
+        self.assertEqual(len(anomalies), 1, json.dumps(anomalies, indent=1))
+        a = anomalies[0]
+        self.assertEqual((a["kind"], a["layer"], a["rank"], a["pid"]),
+                         ("latency", "cuda", 1, self.ranks[1]))
+        self.assertEqual(a["evidence"]["api"], "cudaStreamSynchronize")
+        self.assertEqual(a["evidence"]["calls"], 15)
+        self.assertEqual(a["evidence"]["baseline"], "whole run")
+        self.assertGreater(a["evidence"]["ratio"], 10)
+        self.assertIn("whole run", a["message"])
+        self.assertIn("[latency]", proc.stdout)
+
+
 if __name__ == "__main__":
     eacgm_testlib.main()
