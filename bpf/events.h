@@ -56,6 +56,14 @@
  * this often. 20 ms of the fastest calls measured (two processes, ~1 M
  * calls/s) fill ~2.7 MiB of the 16 MiB ring buffer. */
 #define EACGM_READER_POLL_MS 20
+/* serve's notice of new processes (core.bpf.c): at most this many library
+ * file-name prefixes, each at most this long with its NUL; a loaded object's
+ * path is read up to EACGM_NOTICE_NAME_LEN bytes, and the loader's list of
+ * objects walked up to EACGM_NOTICE_MAX_OBJECTS entries. */
+#define EACGM_NOTICE_PREFIXES 8
+#define EACGM_NOTICE_PREFIX_LEN 24
+#define EACGM_NOTICE_NAME_LEN 256
+#define EACGM_NOTICE_MAX_OBJECTS 1024
 /* Maximum number of CPUs whose drop counters are reported. */
 #define EACGM_MAX_CPUS 1024
 
@@ -83,6 +91,9 @@ enum eacgm_event_kind {
   /* a traced call gave a handle a name (a kernel's, from __cudaRegisterFunction,
    * cuModuleGetFunction, cuLibraryGetKernel): struct eacgm_name */
   EACGM_EV_NAME = 16,
+  /* serve: a process eacgm did not trace yet mapped a library of a traced
+   * layer, became a target and was stopped (core.bpf.c): struct eacgm_proc */
+  EACGM_EV_DL_NOTICE = 17,
 };
 
 enum eacgm_layer {

@@ -68,7 +68,8 @@ json entry_json(const Event& event, uint64_t start_ns,
     return e;
   }
   if (const auto* p = std::get_if<ProcEvent>(&event)) {
-    static constexpr const char* kNames[] = {"fork", "exec", "exit", "loader_stop", "unwind_stop"};
+    static constexpr const char* kNames[] = {"fork",        "exec",        "exit",
+                                             "loader_stop", "unwind_stop", "loader_notice"};
     json e = {{"t_s", t(p->ts_ns)},
               {"layer", "process"},
               {"tid", p->tid},

@@ -115,6 +115,7 @@ void Recorder::handle(std::span<const std::byte> data) {
     return;
   }
   if (auto* call = std::get_if<CallRecord>(&*event)) {
+    if (passed_over_.contains(call->pid)) return;
     on_call(*call);
   } else if (auto* named = std::get_if<HandleNameEvent>(&*event)) {
     if (!named->failed()) session_.kernels.name_handle(named->pid, named->handle, named->name);
@@ -455,6 +456,14 @@ void Recorder::attach_search_path_libraries(const std::map<std::string, std::str
 }
 
 void Recorder::on_process_event(const ProcEvent& event) {
+  if (passed_over_.contains(event.pid)) {
+    if (event.kind == ProcEvent::Kind::kLoaderStop) resume(event.pid);  // it waits all the same
+    if (event.kind != ProcEvent::Kind::kUnwindStop) return;  // that one is answered below
+  }
+  if (event.kind == ProcEvent::Kind::kFork && passed_over_.contains(event.ppid)) {
+    pass_over(event.pid);  // made a target by its parent's brief targethood: not ours either
+    return;
+  }
   switch (event.kind) {
     case ProcEvent::Kind::kFork: {
       ProcessInfo& child = session_.process(event.pid);
@@ -525,6 +534,13 @@ void Recorder::on_process_event(const ProcEvent& event) {
       attach_mapped_libraries(event.pid);
       resume(event.pid);
       break;
+    case ProcEvent::Kind::kNotice:
+      // Not a target until now: it is one in the kernel already, stopped after ld.so mapped a
+      // traced library. Taken, it is followed from its first call; else it is left alone.
+      stopped_.try_emplace(event.pid, event.ts_ns);
+      if (!notice_ || !notice_(event.pid, event.ts_ns)) pass_over(event.pid);
+      resume(event.pid);
+      break;
   }
 }
 
@@ -540,6 +556,17 @@ void Recorder::resume(uint32_t pid) {
   pauses_.longest_ns = std::max(pauses_.longest_ns, paused);
   collectives_.note_pause(pid, it->second, now);
   stopped_.erase(it);
+}
+
+void Recorder::pass_over(uint32_t pid) {
+  constexpr size_t kRemembered = 4096;
+  if (tracer_) tracer_->pass_over(pid);
+  if (!passed_over_.insert(pid).second) return;
+  passed_over_order_.push_back(pid);
+  if (passed_over_order_.size() > kRemembered) {
+    passed_over_.erase(passed_over_order_.front());
+    passed_over_order_.pop_front();
+  }
 }
 
 void Recorder::resume_stopped_targets() {

@@ -3,6 +3,7 @@
 // events (new processes, libraries mapped later, exits).
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -78,6 +79,11 @@ class Recorder {
 
   // Starts following a process: its /proc identity, rank and libraries.
   void watch_process(uint32_t pid, uint64_t start_ns);
+  // serve's notice of new processes (Tracer::Options::notice_libraries): a process that mapped a
+  // traced library became a target and waits, stopped. The handler takes it (true: it has
+  // called watch_process) or not (it is then passed over for good); either way it goes on.
+  using NoticeHandler = std::function<bool(uint32_t pid, uint64_t ts_ns)>;
+  void set_notice_handler(NoticeHandler handler) { notice_ = std::move(handler); }
   // Probes every library of an enabled layer that `pid` has mapped.
   void attach_mapped_libraries(uint32_t pid);
   // Probes the enabled layers' libraries found on the job's search path.
@@ -124,6 +130,8 @@ class Recorder {
   void warn(std::string message);
   // Sends SIGCONT to a stopped target and counts how long it waited.
   void resume(uint32_t pid);
+  // Leaves `pid` to others for good (serve's notice): untargeted in the kernel, its events dropped.
+  void pass_over(uint32_t pid);
   // Moves the budget's phases on, attaching or releasing the cycled probes.
   void cycle(uint64_t now_ns, bool final);
 
@@ -162,6 +170,13 @@ class Recorder {
   std::set<FileId> not_interpreters_;                        // mapped files that are not CPython
   std::optional<DutyCycle> duty_;
   CallCosts call_costs_;
+  NoticeHandler notice_;
+  // Processes noticed and not taken, with the children the kernel made targets meanwhile (one
+  // forked after another agent's SIGCONT ended the stop early): their events are not this
+  // session's. Bounded: those forks are in the ring before pass_over returns, so an old entry
+  // is never needed again.
+  std::set<uint32_t> passed_over_;
+  std::deque<uint32_t> passed_over_order_;
   std::map<Layer, double> call_cost_ns_;  // call_costs_'s answer, refreshed once a second
   uint64_t call_costs_read_ns_ = 0;
   bool budget_warned_ = false;

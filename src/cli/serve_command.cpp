@@ -41,6 +41,16 @@ constexpr size_t kMaxOsSignals = 256;
 constexpr size_t kMaxOsOomKills = 64;
 constexpr size_t kMaxOsSlowIoctls = 64;
 
+// The file-name prefixes of the enabled layers' libraries: a process that maps one is noticed
+// (Tracer::Options::notice_libraries) and traced from its first call.
+std::vector<std::string> library_prefixes(const std::set<Layer>& layers) {
+  std::vector<std::string> out;
+  for (const LayerLibrary& lib : layer_libraries()) {
+    if (layers.contains(lib.layer)) out.emplace_back(lib.file_prefix);
+  }
+  return out;
+}
+
 // The agent's state between scans: which processes it follows, who they are.
 class Agent {
  public:
@@ -57,6 +67,22 @@ class Agent {
     bpf_layers_.erase(Layer::kGpu);
     bpf_layers_.erase(Layer::kOs);  // tracepoints: no library to look for
     overhead_.measure_trap_cost();  // at start-up, once a boot: ~0.1 s, then cached
+  }
+
+  // A process the kernel noticed as it mapped a traced library (Recorder::NoticeHandler): it is
+  // followed from now on unless it is outside the cgroup.
+  bool adopt(uint32_t pid, uint64_t ts_ns) {
+    if (cgroup_) {
+      const std::optional<std::string> cg = process_cgroup(pid);
+      if (!cg || !cgroup_within(*cg, *cgroup_)) return false;
+    }
+    if (auto r = tracer_.add_target(pid); !r) {  // tells the guardian
+      fmt::print(stderr, "eacgm: warning: cannot trace pid {}: {}\n", pid, r.error().message);
+      return false;
+    }
+    recorder_.watch_process(pid, ts_ns);
+    if (options_.verbose) fmt::print(stderr, "eacgm: tracing pid {} (noticed)\n", pid);
+    return true;
   }
 
   // New processes that map a traced library (in the cgroup, if one was given).
@@ -232,7 +258,8 @@ int run_serve(const ServeOptions& options) {
                               .btf_path = options.btf_path,
                               .verbose = options.verbose,
                               .torch_ops = std::move(*torch_ops),
-                              .duty_cycle = options.overhead_budget_pct.has_value()},
+                              .duty_cycle = options.overhead_budget_pct.has_value(),
+                              .notice_libraries = library_prefixes(bpf_layers)},
                              [&recorder](std::span<const std::byte> d) { recorder.handle(d); });
   if (!tracer) {
     sigprocmask(SIG_SETMASK, &old_mask, nullptr);
@@ -267,6 +294,8 @@ int run_serve(const ServeOptions& options) {
   }
 
   Agent agent(options, session, recorder, **tracer, metrics, cgroup);
+  recorder.set_notice_handler(
+      [&agent](uint32_t pid, uint64_t ts_ns) { return agent.adopt(pid, ts_ns); });
   const uint64_t scan_ns = static_cast<uint64_t>(options.scan_interval_s * 1e9);
   uint64_t next_scan = 0;
   fmt::print(stderr, "eacgm: serving http://{}:{}/metrics{}\n",

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -201,6 +202,35 @@ Result<std::vector<ElfSymbol>> read_function_symbols(const std::string& path) {
     }
   }
   return symbols;
+}
+
+Result<uint64_t> read_symbol_address(const std::string& path, std::string_view name) {
+  auto opened = open_elf(path);
+  if (!opened) return opened.error();
+  Elf* elf = opened.value()->elf();
+  std::optional<uint64_t> non_default;  // "name@VER": taken only if no default version is found
+  for (const Elf64_Word type : {SHT_DYNSYM, SHT_SYMTAB}) {
+    for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+      GElf_Shdr shdr;
+      if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != type) continue;
+      const std::string_view symbols = section_bytes(scn);
+      const std::string_view strings = section_bytes(elf_getscn(elf, shdr.sh_link));
+      for (size_t i = 1; i < symbols.size() / sizeof(Elf64_Sym); ++i) {
+        const auto sym = record_at<Elf64_Sym>(symbols, i);
+        if (sym.st_shndx == SHN_UNDEF) continue;
+        std::string_view sym_name = string_at(strings, sym.st_name);
+        const size_t at = sym_name.find('@');
+        if (sym_name.substr(0, at) != name) continue;
+        if (at != std::string_view::npos && sym_name.substr(at, 2) != "@@") {
+          if (!non_default) non_default = sym.st_value;
+          continue;
+        }
+        return static_cast<uint64_t>(sym.st_value);
+      }
+    }
+  }
+  if (non_default) return *non_default;
+  return Error{path + " defines no symbol " + std::string(name)};
 }
 
 std::optional<std::string> read_soname(const std::string& path) {

@@ -43,6 +43,12 @@ struct ElfSymbol {
 // Errors (naming the file): missing or unreadable, not ELF, not 64-bit x86-64.
 Result<std::vector<ElfSymbol>> read_function_symbols(const std::string& path);
 
+// st_value (the link-time address) of the defined symbol `name` of any type (a variable such as
+// ld.so's `_r_debug`, or a function): the first definition in .dynsym, else in .symtab, whatever
+// its version (for names defined once, as the loader's are). Error (naming the file and the
+// symbol) when it is unreadable or has none.
+Result<uint64_t> read_symbol_address(const std::string& path, std::string_view name);
+
 // DT_SONAME of a shared library ("libc.so.6"); nullopt when the file has none or is unreadable.
 std::optional<std::string> read_soname(const std::string& path);
 

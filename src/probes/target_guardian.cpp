@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <linux/bpf.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -23,6 +24,7 @@ namespace {
 // link fds (SCM_RIGHTS) handed over.
 constexpr uint32_t kCleanEnd = 0;
 constexpr uint32_t kHandOver = 0xffffffffu;
+constexpr uint32_t kTargetsMap = 0xfffffffeu;  // carries one fd: the targets map
 constexpr size_t kFdsPerMessage = 64;
 
 // Everything below runs in the guardian: system calls and fixed storage only (see the header).
@@ -37,6 +39,7 @@ uint32_t g_covered[kMaxProcesses];
 constexpr size_t kMaxHeld = 4096;
 int g_held[kMaxHeld];  // links handed over
 size_t g_held_count = 0;
+int g_targets_map = -1;  // watch_targets()
 
 void hold(int fd) {
   if (g_held_count < kMaxHeld) {
@@ -157,10 +160,24 @@ size_t resume_stopped() {
     }
   }
   close(dir);
-  // Watched processes, then their descendants, generation by generation.
+  // Watched processes and the targets map's, then their descendants, generation by generation.
   size_t covered = 0;
   for (size_t i = 0; i < g_watched_count && covered < kMaxProcesses; ++i) {
     g_covered[covered++] = g_watched[i];
+  }
+  if (g_targets_map >= 0) {
+    uint32_t key = 0, next = 0;
+    union bpf_attr attr;
+    std::memset(&attr, 0, sizeof(attr));
+    attr.map_fd = static_cast<uint32_t>(g_targets_map);
+    attr.key = 0;  // NULL: the first key
+    attr.next_key = reinterpret_cast<uint64_t>(&next);
+    while (covered < kMaxProcesses &&
+           syscall(SYS_bpf, BPF_MAP_GET_NEXT_KEY, &attr, sizeof(attr)) == 0) {
+      g_covered[covered++] = next;
+      key = next;
+      attr.key = reinterpret_cast<uint64_t>(&key);
+    }
   }
   for (bool grew = true; grew;) {
     grew = false;
@@ -229,13 +246,21 @@ void pause_ms(long ms) {
     const ssize_t n = recvmsg(3, &msg, MSG_CMSG_CLOEXEC);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // eacgm is gone
+    // A message with fds is read alone (the kernel never joins it to others): they are its
+    // links handed over, or the targets map when its word says so.
+    int fresh[kFdsPerMessage];
+    size_t fresh_count = 0;
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
       if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
       const size_t fds = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
       for (size_t i = 0; i < fds; ++i) {
         int fd;
         std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-        hold(fd);
+        if (fresh_count < kFdsPerMessage) {
+          fresh[fresh_count++] = fd;
+        } else {
+          hold(fd);
+        }
       }
     }
     have += static_cast<size_t>(n);
@@ -243,6 +268,10 @@ void pause_ms(long ms) {
     for (; at + 4 <= have; at += 4) {
       uint32_t word;
       std::memcpy(&word, buf + at, 4);
+      if (word == kTargetsMap && fresh_count == 1 && g_targets_map < 0) {
+        g_targets_map = fresh[--fresh_count];
+        continue;
+      }
       if (word == kCleanEnd) {
         // Nothing more to say, and a pipe reading eacgm's stderr (`2>&1 | tee`) must see its
         // end now, not after the wait below, which is then nobody's.
@@ -250,8 +279,9 @@ void pause_ms(long ms) {
         release_held();
         _exit(0);
       }
-      if (word != kHandOver) add_watched(word);
+      if (word != kHandOver && word != kTargetsMap) add_watched(word);
     }
+    for (size_t i = 0; i < fresh_count; ++i) hold(fresh[i]);
     std::memmove(buf, buf + at, have - at);
     have -= at;
   }
@@ -340,10 +370,19 @@ TargetGuardian::~TargetGuardian() {
 }
 
 bool TargetGuardian::hand_over(std::span<const int> link_fds) {
+  return send_fds(kHandOver, link_fds);
+}
+
+bool TargetGuardian::watch_targets(int map_fd) {
+  const int fds[] = {map_fd};
+  return send_fds(kTargetsMap, fds);
+}
+
+bool TargetGuardian::send_fds(uint32_t what, std::span<const int> link_fds) {
   if (fd_ < 0) return false;
   for (size_t at = 0; at < link_fds.size(); at += kFdsPerMessage) {
     const size_t count = std::min(kFdsPerMessage, link_fds.size() - at);
-    uint32_t word = kHandOver;
+    uint32_t word = what;
     iovec iov{&word, sizeof(word)};
     alignas(cmsghdr) unsigned char control[CMSG_SPACE(sizeof(int) * kFdsPerMessage)] = {};
     msghdr msg{};

@@ -40,6 +40,11 @@ class TargetGuardian {
 
   // `pid` may be stopped by eacgm from now on (it and the children it forks).
   void watch(uint32_t pid);
+  // The BPF map of targets (tgid keys): serve's notice (bpf/core.bpf.c) makes a process a target
+  // and stops it before eacgm hears of it, so should eacgm die, every process in this map and
+  // its descendants are resumed too. The guardian keeps its own copy of the fd (a map, not a
+  // link: it stops nothing). False when it could not be sent.
+  bool watch_targets(int map_fd);
   // Gives the guardian its own copies of `link_fds`, which it closes after the clean end (or
   // at once, when eacgm dies); the caller's own close is then cheap. Only for links that never
   // stop a target: the guardian must not hold one that does. False when they could not all be
@@ -50,6 +55,9 @@ class TargetGuardian {
 
  private:
   TargetGuardian(int fd, pid_t pid) : fd_(fd), pid_(pid) {}
+  // Sends `fds` with the word `what` (a hand-over, or the targets map), at most a message's
+  // worth of fds each time.
+  bool send_fds(uint32_t what, std::span<const int> fds);
   int fd_ = -1;
   pid_t pid_ = 0;
 };

@@ -213,6 +213,32 @@ struct Tracer::PythonSampler {
 
 namespace {
 
+// serve's notice of new processes (bpf/core.bpf.c): the library name prefixes, and where the
+// loader's list of objects (`_r_debug`) lies from the probed `_dl_debug_state`, both in the
+// loader eacgm probes. Error when the loader lacks either symbol or a prefix does not fit.
+template <typename Rodata>
+Result<void> configure_notice(Rodata& rodata, const std::vector<std::string>& prefixes) {
+  if (prefixes.size() > EACGM_NOTICE_PREFIXES) {
+    return Error{fmt::format("more than {} library prefixes", EACGM_NOTICE_PREFIXES)};
+  }
+  auto probe = read_symbol_address(kLoaderPath, "_dl_debug_state");
+  if (!probe) return probe.error();
+  auto r_debug = read_symbol_address(kLoaderPath, "_r_debug");
+  if (!r_debug) return r_debug.error();
+  for (size_t i = 0; i < prefixes.size(); ++i) {
+    const std::string& prefix = prefixes[i];
+    if (prefix.empty() || prefix.size() >= EACGM_NOTICE_PREFIX_LEN) {
+      return Error{fmt::format("library prefix '{}' is empty or too long", prefix)};
+    }
+    for (size_t k = 0; k < EACGM_NOTICE_PREFIX_LEN; ++k) {
+      rodata.notice_prefix[i][k] = k < prefix.size() ? prefix[k] : '\0';
+    }
+  }
+  rodata.r_debug_from_probe = static_cast<int64_t>(*r_debug - *probe);
+  rodata.notice_new = 1;
+  return {};
+}
+
 // Opens, configures from the probe table, and loads one layer object. Every
 // layer object has the same shape (see bpf/cuda.bpf.c), so one template
 // serves all of them.
@@ -338,12 +364,27 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
   p.core = eacgm_core__open_opts(&open_opts);
   if (!p.core) return Error{libbpf_error("cannot open the core BPF program", errno)};
   p.core->rodata->stop_on_dlopen = options.stop_on_dlopen ? 1 : 0;
+  if (!options.notice_libraries.empty()) {
+    if (auto r = configure_notice(*p.core->rodata, options.notice_libraries); !r) {
+      tracer->warnings_.push_back(
+          fmt::format("new processes are found by the /proc scan only (a job's first calls may "
+                      "come before it): {}",
+                      r.error().message));
+    }
+  }
   if (tracer->multi_) {
     bpf_program__set_expected_attach_type(p.core->progs.on_dl_debug_state,
                                           static_cast<bpf_attach_type>(kBpfTraceUprobeMulti));
   }
   if (int err = eacgm_core__load(p.core); err) {
     return Error{libbpf_error("cannot load the core BPF program (is the kernel BTF valid?)", err)};
+  }
+  // Targets the kernel makes itself (forks, serve's notice) are in the map before eacgm hears
+  // of them: the guardian reads it should eacgm die.
+  if (tracer->guardian_ && !tracer->guardian_->watch_targets(bpf_map__fd(p.core->maps.targets))) {
+    tracer->warnings_.push_back(
+        "the guardian could not be given the targets map; a process paused as eacgm dies, "
+        "before eacgm heard of it, stays paused");
   }
   for (bpf_program* prog : {p.core->progs.on_fork, p.core->progs.on_exec, p.core->progs.on_exit}) {
     bpf_link* link = bpf_program__attach(prog);
@@ -580,6 +621,11 @@ std::vector<Tracer::PythonCallCount> Tracer::python_call_counts() const {
     prev = &key;
   }
   return out;
+}
+
+void Tracer::pass_over(uint32_t pid) {
+  // The kernel remembers it was noticed (bpf/core.bpf.c `noticed`): it is not looked at again.
+  bpf_map_delete_elem(bpf_map__fd(programs_->core->maps.targets), &pid);
 }
 
 Result<void> Tracer::add_target(uint32_t pid) {

@@ -49,6 +49,10 @@ class Tracer {
     // --overhead-budget: the rows that may be traced part of the time (may_duty_cycle) get links
     // of their own, which set_cycled_probes() attaches and releases. Needs uprobe_multi links.
     bool duty_cycle = false;
+    // serve: file-name prefixes (library_layer's, "libcudart.so") of libraries whose mapping by
+    // a process that is not a target yet makes it one, stopped like a target's dlopen, with a
+    // ProcEvent::kNotice (bpf/core.bpf.c). Empty: off. At most EACGM_NOTICE_PREFIXES.
+    std::vector<std::string> notice_libraries = {};
   };
   using EventHandler = std::function<void(std::span<const std::byte>)>;
 
@@ -60,6 +64,9 @@ class Tracer {
   // Traces `pid` and the children it forks from now on. The guardian learns it first: the
   // programs may stop it from then on (probes/target_guardian.h).
   Result<void> add_target(uint32_t pid);
+  // A process the notice made a target that is not to be traced (Options::notice_libraries):
+  // no longer a target (the kernel does not notice it again).
+  void pass_over(uint32_t pid);
   // Probes `path` for `layer` unless that file (by inode) is already probed.
   // Returns whether it was newly probed.
   Result<bool> attach_library(Layer layer, const std::string& path);

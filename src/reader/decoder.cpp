@@ -349,6 +349,8 @@ Result<Event> decode_event(std::span<const std::byte> data, const TorchOpTable* 
       return decode_proc(data, ProcEvent::Kind::kExit);
     case EACGM_EV_DL_STOP:
       return decode_proc(data, ProcEvent::Kind::kLoaderStop);
+    case EACGM_EV_DL_NOTICE:
+      return decode_proc(data, ProcEvent::Kind::kNotice);
     case EACGM_EV_UNWIND_STOP:
       return decode_unwind_stop(data);
     case EACGM_EV_SIGNAL:

@@ -18,7 +18,8 @@
 namespace eacgm {
 
 struct ProcEvent {
-  enum class Kind { kFork, kExec, kExit, kLoaderStop, kUnwindStop };
+  // kNotice: serve's notice of a process that mapped a traced library (bpf/core.bpf.c).
+  enum class Kind { kFork, kExec, kExit, kLoaderStop, kUnwindStop, kNotice };
   Kind kind = Kind::kFork;
   uint32_t pid = 0;
   uint32_t tid = 0;

@@ -5,10 +5,11 @@ exact call counts the ranks printed and the straggler anomaly naming the
 injected slow rank. Two serve instances, each limited to its own cgroup v2,
 stand for two nodes: `eacgm cluster` must name the node with the slow rank.
 
-The job is held (after mapping the traced libraries, before its first call)
-until serve reports the process: serve finds new processes by scanning /proc
-every 0.5 s, so a job's first half second is not traced, and exact counts
-need the whole job. Each test puts its jobs in cgroups of its own, so jobs of
+Most jobs here are held (after mapping the traced libraries, before their
+first call) until serve reports the process, so that each test knows when
+serve follows it. `ServeNotice` starts jobs unheld: the kernel tells serve of a
+process as ld.so maps a traced library, before its first call, so exact counts
+need no hold. Each test puts its jobs in cgroups of its own, so jobs of
 tests running in parallel are never counted. Under `--overhead-budget`, serve
 exports the budget and the share of the time the frequent calls were traced."""
 import json
@@ -428,6 +429,92 @@ class ServeBudget(ServeFixture):
         self.assertEqual(job.wait(timeout=60), 0)
 
 
+class ServeNotice(ServeFixture):
+    """A job started after serve, not held: the kernel notices its launcher as ld.so maps
+    libnccl and libcudart (bpf/core.bpf.c), before its first call, so every call of every rank
+    is counted and the straggler verdict is the slowed rank's, run after run."""
+
+    def test_jobs_started_after_serve_are_counted_exactly_and_judged_right(self):
+        cg = self.cgroup()
+        serve = self.serve(free_port(), cg)
+
+        def enter_cgroup():
+            with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+
+        expected = {}
+        for run in range(3):
+            job = subprocess.Popen([SIMNCCL_JOB, "--ranks", "4", "--steps", "120",
+                                    "--slow-rank", "2", "--slow-ms", "40",
+                                    "--slow-from-step", "60"],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                   preexec_fn=enter_cgroup)
+            self.jobs.append(job)
+            ranks = self.finish_job(job)
+            self.assertEqual(sorted(ranks), [0, 1, 2, 3])
+            for api, n in self.expected_counts(ranks, NCCL_APIS).items():
+                expected[api] = expected.get(api, 0) + n
+            self.assertEqual(expected["ncclAllReduce"], 480 * (run + 1))
+            deadline = time.time() + 10
+            while True:
+                m = self.metrics(serve)
+                got = {dict(labels)["api"]: value for (name, labels), value in m.items()
+                       if name == "eacgm_calls_total" and dict(labels)["layer"] == "nccl"}
+                if got == expected or time.time() > deadline:
+                    break
+                time.sleep(0.2)
+            self.assertEqual(got, expected, f"run {run}:\n" + self.log_of(serve))
+            pids = {int(r["pid"]): rank for rank, r in ranks.items()}
+            deadline = time.time() + 10
+            while True:
+                listed = json.loads(http_get(serve.url + "/anomalies"))["anomalies"]
+                stragglers = [(a["rank"], a["pid"]) for a in listed
+                              if a["kind"] == "straggler" and a["pid"] in pids]
+                if stragglers or time.time() > deadline:
+                    break
+                time.sleep(0.2)
+            self.assertEqual(stragglers, [(2, int(ranks[2]["pid"]))],
+                             f"run {run}: {json.dumps(listed, indent=1)}")
+        self.assertEqual(self.metrics(serve)[("eacgm_events_dropped_total", frozenset())], 0)
+
+    def test_a_job_noticed_as_serve_dies_is_resumed_by_the_guardian(self):
+        # serve frozen: the kernel still notices the job and stops it, and serve never hears of
+        # it. Killed then, serve leaves the job to its guardian, which reads the targets map.
+        cg = self.cgroup()
+        serve = self.serve(free_port(), cg)
+        os.kill(serve.pid, signal.SIGSTOP)
+
+        def enter_cgroup():
+            with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+
+        job = subprocess.Popen([SIMNCCL_JOB, "--ranks", "2", "--steps", "5"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                               preexec_fn=enter_cgroup)
+        self.jobs.append(job)
+
+        def state():
+            with open(f"/proc/{job.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+
+        deadline = time.time() + 10
+        while state() != "T":
+            self.assertLess(time.time(), deadline, "the job was never stopped at its loader")
+            time.sleep(0.05)
+        time.sleep(0.3)
+        self.assertEqual(state(), "T")  # nobody resumes it while serve is frozen
+        serve.kill()
+        serve.wait()
+        out, _ = job.communicate(timeout=30)
+        self.assertEqual(job.returncode, 0, out)
+        self.assertEqual(sorted(rank_lines(out)), [0, 1])
+        # The guardian says so after its last sweep, some 3 s after serve's end.
+        deadline = time.time() + 10
+        while "its guardian resumed" not in self.log_of(serve) and time.time() < deadline:
+            time.sleep(0.2)
+        self.assertIn("its guardian resumed", self.log_of(serve))
+
+
 class CrossNodeTest(ServeFixture):
     """A 4-rank job spanning two nodes, launched as torchrun launches a multi-node job: one
     launcher per node (ranks 0 and 1 on node A, 2 and 3 on node B), one NCCL id for both. Each
@@ -540,6 +627,7 @@ class CrossNodeTest(ServeFixture):
         waits = self.prometheus.query(
             "increase(eacgm_nccl_rank_collective_seconds_total[3m]) / "
             "increase(eacgm_nccl_rank_collectives_total[3m])")
+        series = waits  # every label, for the messages below
         waits = sorted((w["metric"].get("job_id", ""), w["metric"].get("rank", ""), w["value"][1])
                        for w in waits)
         self.assertTrue(of_job(stragglers, "node-slow"), (waits, stragglers))
@@ -557,7 +645,7 @@ class CrossNodeTest(ServeFixture):
 
         # The healthy job was judged (every rank's waits are in Prometheus), and found healthy.
         self.assertEqual(len([w for w in waits if w[0] == jobs["healthy"] and w[2] != "NaN"]), 4,
-                         waits)
+                         [w["metric"] for w in series])
         for kind in ("node-slow", "rank-slow", "healthy"):
             self.assertEqual(of_job(hangs, kind), [], kind)
         for kind in ("node-hung", "rank-hung", "healthy"):

@@ -54,8 +54,8 @@ int main(int argc, char** argv) {
     call.hdr.kind = EACGM_EV_CALL_BEGIN;
     write_one(dir, ("call-begin-" + std::to_string(layer)).c_str(), call);
   }
-  for (uint32_t kind :
-       {EACGM_EV_PROC_FORK, EACGM_EV_PROC_EXEC, EACGM_EV_PROC_EXIT, EACGM_EV_DL_STOP}) {
+  for (uint32_t kind : {EACGM_EV_PROC_FORK, EACGM_EV_PROC_EXEC, EACGM_EV_PROC_EXIT,
+                        EACGM_EV_DL_STOP, EACGM_EV_DL_NOTICE}) {
     write_one(dir, ("proc-" + std::to_string(kind)).c_str(), with_header<eacgm_proc>(kind, 0));
   }
   // A kernel's name: the driver table's cuModuleGetFunction is row 79 (probe_table.cpp; checked by

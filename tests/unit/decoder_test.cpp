@@ -101,6 +101,22 @@ TEST(Decoder, ProcessExit) {
   EXPECT_EQ(e.comm, "python3");
 }
 
+TEST(Decoder, LoaderStopAndNoticeAreTold) {
+  eacgm_proc p{};
+  p.hdr = {EACGM_EV_DL_STOP, 42, 43, 0, 99};
+  auto stop = decode_event(bytes_of(p));
+  ASSERT_TRUE(stop.ok());
+  EXPECT_EQ(std::get<ProcEvent>(*stop).kind, ProcEvent::Kind::kLoaderStop);
+  p.hdr.kind = EACGM_EV_DL_NOTICE;
+  auto notice = decode_event(bytes_of(p));
+  ASSERT_TRUE(notice.ok());
+  const ProcEvent& e = std::get<ProcEvent>(*notice);
+  EXPECT_EQ(e.kind, ProcEvent::Kind::kNotice);
+  EXPECT_EQ(e.pid, 42u);
+  EXPECT_EQ(e.tid, 43u);
+  EXPECT_EQ(e.ts_ns, 99u);
+}
+
 TEST(Decoder, UnwindStopKeepsTheSlotsToPutBackInOrder) {
   eacgm_unwind_stop u{};
   u.hdr = {EACGM_EV_UNWIND_STOP, 42, 44, EACGM_LAYER_TORCH, 99};

@@ -256,6 +256,28 @@ TEST_F(SyntheticLibraryTest, AliasesAtOneAddressAreAllKept) {
   EXPECT_EQ(strong->size, 16u);
 }
 
+TEST_F(SyntheticLibraryTest, SymbolAddressOfAVariableOrAFunction) {
+  auto variable = read_symbol_address(path_, "variable");
+  ASSERT_TRUE(variable.ok()) << variable.error().message;
+  EXPECT_EQ(*variable, 0x201040u);
+  auto bar = read_symbol_address(path_, "bar");  // only in .symtab, as bar@@V2
+  ASSERT_TRUE(bar.ok()) << bar.error().message;
+  EXPECT_EQ(*bar, 0x201080u);
+  auto imported = read_symbol_address(path_, "imported");  // undefined here
+  ASSERT_FALSE(imported.ok());
+  EXPECT_EQ(imported.error().message, path_ + " defines no symbol imported");
+  EXPECT_FALSE(read_symbol_address(dir_.path().string() + "/missing.so", "variable").ok());
+}
+
+TEST(ElfSymbolsTest, TheLoaderDefinesItsRendezvous) {
+  // serve's notice finds the loader's list from its probed rendezvous (bpf/core.bpf.c).
+  auto r_debug = read_symbol_address("/lib64/ld-linux-x86-64.so.2", "_r_debug");
+  auto probe = read_symbol_address("/lib64/ld-linux-x86-64.so.2", "_dl_debug_state");
+  ASSERT_TRUE(r_debug.ok()) << r_debug.error().message;
+  ASSERT_TRUE(probe.ok()) << probe.error().message;
+  EXPECT_NE(*r_debug, *probe);
+}
+
 TEST_F(SyntheticLibraryTest, IfuncsAreMarked) {
   auto symbols = read_function_symbols(path_);
   ASSERT_TRUE(symbols.ok()) << symbols.error().message;
