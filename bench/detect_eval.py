@@ -19,6 +19,10 @@ warm-up windows of eacgm's window detectors, and the run goes on for ~6 s after 
   os         os_events making MAP_POPULATE mappings at a background rate (--layers os)
   python     /usr/bin/python3.11, a loop of a data-loader callback and a train step that calls
              the simulated CUDA runtime through ctypes (--layers cuda,python)
+  real       the real workloads of the test suite (tests/workloads/, Debian's python3-torch):
+             a CNN from a DataLoader with 2 workers, an MLP with 4 persistent workers and one
+             without workers, a 2-rank gloo job under its launcher, threads, asyncio, a
+             bash/subprocess chain, heavy imports (--layers torch,python,os)
 
 Fault classes (magnitudes; the faulty entity):
   latency    one API of one rank 3x / 10x / 100x slower inside the runtime (that rank)
@@ -32,6 +36,9 @@ Fault classes (magnitudes; the faulty entity):
              (that device)
   mmap_storm MAP_POPULATE mappings go from 12/s to 150 / 300 / 1000 per s (that process)
   py_stall   the data-loader callback sleeps 150 / 300 / 600 ms every 50 iterations (the process)
+  real_slow  one 400 ms stall in a real workload, each where it strikes (the process): a slow
+             function in the training loop, a slow `__getitem__` in a DataLoader worker, a
+             blocking read, a gloo rank late to its collective, a slow consumer thread
   healthy    each job without a fault; --healthy-minutes adds longer healthy runs
 
 Scoring: docs/ANALYSIS.md.
@@ -64,7 +71,7 @@ HANG_RECORD_S = 24  # a hung job never ends: stopped this long after it started
 # What each eacgm detector is meant to find; anything else it reports is a false positive.
 CLASS_DETECTOR = {"latency": "latency", "stall": "throughput", "leak": "leak", "late_leak": "leak",
                   "slow_rank": "straggler", "hang": "hang", "throttle": "throttle",
-                  "mmap_storm": "mmap_storm", "py_stall": "slow_call"}
+                  "mmap_storm": "mmap_storm", "py_stall": "slow_call", "real_slow": "slow_call"}
 # Detectors scored on each class besides the class's own: where the fault changes what they see.
 # The GMM and the baselines see CUDA/NCCL calls only: not NVML readings, not mmap rates.
 SECONDARY = {
@@ -77,6 +84,7 @@ SECONDARY = {
     "throttle": [],
     "mmap_storm": [],
     "py_stall": ["throughput", "gmm", "3sigma", "static"],
+    "real_slow": [],  # one call in a run of seconds: shorter than any window detector's warm-up
 }
 CLASSES = list(CLASS_DETECTOR)
 LIVE_KINDS = ["latency", "throughput", "gmm", "leak", "straggler", "hang", "throttle",
@@ -121,6 +129,21 @@ PY_JOB = textwrap.dedent("""\
     """)
 
 
+WORKLOADS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "workloads")
+# The real workloads: name -> (script and arguments, the fault it takes in a real_slow run).
+REAL = {
+    "cnn2": (["train_cnn.py", "--workers", "2"], "slow_main"),
+    "mlp4p": (["train_cnn.py", "--workers", "4", "--persistent", "--model", "mlp"], "slow_worker"),
+    "mlp0": (["train_cnn.py", "--workers", "0", "--model", "mlp"], "blocking_read"),
+    "gloo": (["gloo_allreduce.py", "--launch", "2"], None),  # --late-rank 1
+    "threads": (["pipelines.py", "--shape", "threads"], "slow_consumer"),
+    "asyncio": (["pipelines.py", "--shape", "asyncio"], None),
+    "chain": (["pipelines.py", "--shape", "chain"], None),
+    "imports": (["pipelines.py", "--shape", "imports"], None),
+}
+REAL_FAULTY = ["cnn2", "mlp4p", "mlp0", "gloo", "threads"]
+
+
 class Paths:
     def __init__(self, build, work):
         self.eacgm = os.path.abspath(os.path.join(build, "eacgm"))
@@ -150,6 +173,9 @@ def scenarios(classes, repeat, quick):
         if "healthy" in classes:
             for job in ["simtrain", "simtrain", "simnccl", "gpu", "os", "python"]:
                 out.append(dict(fault=None, mag="-", job=job))
+            if "real_slow" in classes:  # the real workloads are slow to start: only when asked
+                for workload in REAL:
+                    out.append(dict(fault=None, mag=workload, job="real", workload=workload))
         if "latency" in classes:
             for i, x in enumerate(pick([3, 10, 100])):
                 api = apis[(i + r) % 3]
@@ -186,6 +212,9 @@ def scenarios(classes, repeat, quick):
         if "py_stall" in classes:
             for ms in pick([150, 300, 600]):
                 out.append(dict(fault="py_stall", mag=f"{ms} ms", job="python", stall_ms=ms))
+        if "real_slow" in classes:
+            for workload in pick(REAL_FAULTY):
+                out.append(dict(fault="real_slow", mag=workload, job="real", workload=workload))
     return out
 
 
@@ -263,6 +292,14 @@ def job_command(paths, sc, seconds=None):
             cmd += [str(sc["rate"] * after), str(1000 * after)]
         elif seconds is None:
             cmd += [str(12 * after), str(1000 * after)]  # as long a run at the normal rate
+    elif job == "real":
+        args, fault_flag = REAL[sc.get("workload", "cnn2")]
+        cmd = ["/usr/bin/python3.11", os.path.join(WORKLOADS, args[0]), *args[1:]]
+        if seconds is not None and args[0] == "train_cnn.py":
+            cmd += ["--seconds", str(seconds)]  # a longer healthy run: epochs until then
+        if fault == "real_slow":
+            cmd += ["--late-rank", "1"] if fault_flag is None else ["--fault", fault_flag]
+        layers = "torch,python,os"
     elif job == "python":
         stall = sc.get("stall_ms", 0) if fault == "py_stall" else 0
         py_steps = steps_for(PY_ONSET, PY_STEP_S, stall / 1e3 / PY_EVERY, seconds)
@@ -371,6 +408,11 @@ def ground_truth(sc, summary, db, out_lines, nvml_log):
                      if l.startswith("phase 2 "))
         (pid,) = [p["pid"] for p in summary["processes"]]
         return {("pid", pid): start}
+    if fault == "real_slow":
+        # The workload's own line (tests/workloads/fault_mark.py), from the process it struck.
+        first = next(l for _, l in out_lines if l.startswith("fault_start_ns="))
+        fields = dict(f.split("=") for f in first.split())
+        return {("pid", int(fields["pid"])): int(fields["fault_start_ns"])}
     if fault == "py_stall":
         start = next(int(l.split()[1]) for _, l in out_lines if l.startswith("stall_start_ns"))
         pids = [p["pid"] for p in summary["processes"] if "python" in (p.get("comm") or "")]
@@ -524,7 +566,7 @@ def score(runs, source, kind, cls=None):
 def job_of(cls):
     return {"latency": "simtrain", "stall": "simtrain", "leak": "simtrain",
             "late_leak": "simtrain", "slow_rank": "simnccl", "hang": "simnccl", "throttle": "gpu",
-            "mmap_storm": "os", "py_stall": "python"}[cls]
+            "mmap_storm": "os", "py_stall": "python", "real_slow": "real"}[cls]
 
 
 def false_alarms(runs):
@@ -667,6 +709,9 @@ def main():
                         "for false alarms per hour")
     p.add_argument("--healthy-run-s", type=float, default=60,
                    help="length of each of those extra healthy runs (s)")
+    p.add_argument("--healthy-jobs", default="simtrain,simnccl,python,gpu,os",
+                   help="the jobs of those runs, in turn; `real` is the real CNN job with 2 "
+                        "DataLoader workers, new each epoch (needs python3-torch)")
     p.add_argument("--rate-floor", type=float, default=100,
                    help="static baseline: fewest calls per second of a worker that is not stalled")
     p.add_argument("--json", help="write all runs and scores here")
@@ -678,6 +723,13 @@ def main():
     unknown = set(classes) - set(CLASSES) - {"healthy"}
     if unknown:
         p.error(f"unknown classes {sorted(unknown)}; known: healthy,{','.join(CLASSES)}")
+    jobs = [j for j in a.healthy_jobs.split(",") if j]
+    if set(jobs) - {"simtrain", "simnccl", "python", "gpu", "os", "real"}:
+        p.error(f"unknown --healthy-jobs {a.healthy_jobs}")
+    if not a.rescore and ("real_slow" in classes or "real" in a.healthy_jobs) and subprocess.run(
+            ["/usr/bin/python3.11", "-c", "import torch"], capture_output=True).returncode != 0:
+        p.error("the real workloads (real_slow) need Debian's python3-torch for /usr/bin/python3.11;"
+                " install it (scripts/install-deps.sh) or leave real_slow out of --classes")
     if a.rescore:
         with open(a.rescore) as f:
             runs = [r for r in json.load(f)["runs"] if r["fault"] in classes + [None]]
@@ -693,7 +745,6 @@ def main():
     for sc in scenarios(classes, a.repeat, a.quick):
         runs.append(run_one(paths, work, len(runs), sc, None, a.rate_floor))
     extra_s, k = 0.0, 0
-    jobs = ["simtrain", "simnccl", "python", "gpu", "os"]
     while extra_s < a.healthy_minutes * 60:
         sc = dict(fault=None, mag=f"{a.healthy_run_s:.0f} s", job=jobs[k % len(jobs)])
         run = run_one(paths, work, len(runs), sc, a.healthy_run_s, a.rate_floor)

@@ -2,7 +2,7 @@
  *
  * Every layer writes into one ring buffer; each record starts with
  * `struct eacgm_header`, whose `kind` says which struct follows. The C++ side
- * static_asserts the sizes and offsets (src/reader/event_layout.h), so a
+ * static_asserts the sizes and offsets (src/reader/decoder.cpp), so a
  * change here that is not mirrored there fails the build instead of
  * silently misdecoding.
  *

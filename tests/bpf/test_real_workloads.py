@@ -87,7 +87,7 @@ class RealWorkloads(EacgmTest):
 
     @unittest.skipUnless(have_torch(), "needs Debian's python3-torch")
     def test_a_slow_getitem_in_persistent_workers_is_one_finding(self):
-        s = self.run_workload("train_cnn.py", "--workers", "2", "--persistent", "--model", "mlp",
+        s = self.run_workload("train_cnn.py", "--workers", "4", "--persistent", "--model", "mlp",
                               "--fault", "slow_worker")
         a = self.assertOnlySlowCall(s, "train_cnn.py:SyntheticImages.__getitem__")
         worker = s.process(a["pid"])

@@ -17,11 +17,14 @@ import subprocess
 import sys
 import time
 
+from fault_mark import mark_fault
+
 FAULT_STEP = 10
 FAULT_S = 0.4
 
 
 def late_data_step():
+    mark_fault()
     time.sleep(FAULT_S)  # the injected fault
 
 

@@ -19,6 +19,8 @@ import sys
 import threading
 import time
 
+from fault_mark import mark_fault
+
 
 def busy(ms):
     end = time.perf_counter() + ms / 1000
@@ -30,6 +32,7 @@ def busy(ms):
 
 def handle(item, slow):
     if slow:
+        mark_fault()
         time.sleep(0.4)  # the injected fault
     return busy(2) + item
 

@@ -21,7 +21,8 @@ A change, unlike a fault, lasts the whole run (every step), as an upgrade's woul
                        11x11 kernel initialised afresh), pooling and ReLU, forward and backward,
                        took other times too, their work depending on the data.
 
-Prints one line `pid=<main pid>` first, so a test can tell the main process from its workers."""
+Prints one line `pid=<main pid>` first, so a test can tell the main process from its workers,
+and `fault_start_ns=<CLOCK_MONOTONIC ns> pid=<pid>` as an injected fault begins."""
 import argparse
 import os
 import threading
@@ -30,6 +31,8 @@ import time
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
+
+from fault_mark import mark_fault
 
 FAULT_STEP = 12  # the step at which an injected fault strikes
 FAULT_S = 0.4
@@ -46,6 +49,7 @@ class SyntheticImages(Dataset):
 
     def __getitem__(self, i):
         if i == self.fault_index:
+            mark_fault()
             time.sleep(FAULT_S)  # the injected fault: one slow sample
         g = torch.Generator().manual_seed(i)
         return torch.randn(1, 16, 16, generator=g), i % 10
@@ -84,11 +88,13 @@ def pad_kernels(model, kernels):
 
 
 def slow_checkpoint():
+    mark_fault()
     time.sleep(FAULT_S)  # the injected fault: a slow function in the main process
 
 
 def blocking_read():
     r, w = os.pipe()
+    mark_fault()
     threading.Timer(FAULT_S, os.write, (w, b"x")).start()
     os.read(r, 1)  # the injected fault: the loop waits on a read
     os.close(r)
@@ -102,6 +108,8 @@ def main():
     p.add_argument("--persistent", action="store_true")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batches", type=int, default=12, help="batches per epoch")
+    p.add_argument("--seconds", type=float, default=0,
+                   help="train whole epochs until this long has passed (--epochs is then ignored)")
     p.add_argument("--fault", default="none",
                    choices=["none", "slow_main", "slow_worker", "blocking_read"])
     p.add_argument("--change", default="none", choices=["none", "slow_op"])
@@ -121,7 +129,10 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     loss_fn = nn.CrossEntropyLoss()
     step = 0
-    for _ in range(args.epochs):
+    started = time.monotonic()
+    epoch = 0
+    while (time.monotonic() - started < args.seconds) if args.seconds else epoch < args.epochs:
+        epoch += 1
         for x, y in loader:
             opt.zero_grad()
             loss = loss_fn(model(x), y)
