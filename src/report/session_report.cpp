@@ -187,11 +187,14 @@ class SessionPage {
     const json exit = summary_.value("exit_code", json());
     page_.add_fact("exit", html_escape(exit.is_number() ? fmt::format("code {}", exit.get<int>())
                                                         : std::string("unknown")));
+    // Undecodable records are lost like dropped ones: said only when there were any.
+    const json events = json_object(summary_, "events");
+    const uint64_t undecodable = json_number<uint64_t>(events, "undecodable");
     page_.add_fact("events",
                    html_escape(fmt::format(
-                       "{} recorded, {} dropped",
-                       json_number<uint64_t>(json_object(summary_, "events"), "recorded"),
-                       json_number<uint64_t>(json_object(summary_, "events"), "dropped"))));
+                       "{} recorded, {} dropped{}", json_number<uint64_t>(events, "recorded"),
+                       json_number<uint64_t>(events, "dropped"),
+                       undecodable ? fmt::format(", {} undecodable", undecodable) : "")));
     std::vector<std::string> active;
     const json layers = json_object(summary_, "layers");
     for (const auto& [name, layer] : layers.items()) {

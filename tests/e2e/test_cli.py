@@ -190,6 +190,12 @@ class Commands(EacgmTest):
     # handed to the guardian).
     def test_attach_lasts_its_duration(self):
         require_root(self)
+        # What loading and removing the probes takes on this machine (0.3 s on one, 0.9 s on one
+        # three times slower): a whole `record` of a job that does nothing.
+        started = time.monotonic()
+        self.assertEqual(run("record", "-q", "-o", self.out("setup"), "--", "/bin/true").returncode,
+                         0)
+        setup = time.monotonic() - started
         job = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"])
         try:
             time.sleep(0.3)
@@ -200,8 +206,8 @@ class Commands(EacgmTest):
             job.kill()
             job.wait()
         self.assertEqual(p.returncode, 0, p.stderr)
-        # 1 s of tracing, and loading and removing the probes in well under a second.
-        self.assertLess(wall, 1.7, p.stderr)
+        # 1 s of tracing, and loading and removing the probes about as long as they take here.
+        self.assertLess(wall, 1.0 + 1.5 * setup + 0.2, (setup, p.stderr))
 
 
 class SessionDirectories(EacgmTest):

@@ -169,5 +169,22 @@ TEST(ReportHtml, TorchOperatorsAreTabledBySelfTimeFromTheirOpsTable) {
   EXPECT_LT(addmm, relu);  // by self time, the costlier first
 }
 
+TEST(ReportHtml, EventsLostToDecodingAreSaidBesideTheDropped) {
+  for (const uint64_t undecodable : {uint64_t{0}, uint64_t{7}}) {
+    TempDir dir;
+    auto db = SqliteWriter::open((dir.path() / "events.sqlite").string());
+    ASSERT_TRUE(db.ok()) << db.error().message;
+    ASSERT_TRUE((*db)->finish(Session{}).ok());
+    std::ofstream(dir.path() / "summary.json")
+        << R"({"duration_s": 2.0, "events": {"recorded": 30, "dropped": 2, "undecodable": )"
+        << undecodable << "}}";
+    auto html = session_report_html(dir.path().string());
+    ASSERT_TRUE(html.ok()) << html.error().message;
+    EXPECT_NE(html->find(undecodable ? "30 recorded, 2 dropped, 7 undecodable"
+                                     : "30 recorded, 2 dropped<"),
+              std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace eacgm::report
