@@ -7,17 +7,11 @@
 #include <map>
 #include <string_view>
 
+#include "analysis/features.h"
 #include "analysis/window_analyzer.h"
 
 namespace eacgm {
 namespace {
-
-double median_of(std::vector<double> v) {
-  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  if (v.size() % 2 == 1) return *mid;
-  return (*mid + *std::max_element(v.begin(), mid)) / 2;
-}
 
 struct ApiBaseline {
   double median_log_ns = 0;
@@ -30,9 +24,8 @@ ApiBaseline baseline_of(const std::vector<const CallSample*>& calls, const Whole
   logs.reserve(calls.size());
   for (const CallSample* c : calls) logs.push_back(log_ns(c->duration_ns));
   ApiBaseline b;
-  b.median_log_ns = median_of(logs);
-  for (double& x : logs) x = std::abs(x - b.median_log_ns);
-  b.robust_sd = 1.4826 * median_of(std::move(logs));
+  b.median_log_ns = median(logs);
+  b.robust_sd = 1.4826 * median_absolute_deviation(logs, b.median_log_ns);
   b.allowed_excess = std::max(std::log(o.min_ratio), o.mad_k * b.robust_sd);
   return b;
 }
@@ -77,7 +70,7 @@ class EpisodeFinder {
     const double needed = std::max(static_cast<double>(options_.min_added_ns),
                                    options_.min_added_share * static_cast<double>(lifetime_ns_));
     if (ep.slow.size() >= options_.min_slow_calls && added_ns >= needed) {
-      out.push_back(anomaly(api, b, ep.slow, median_of(std::move(logs)), added_ns));
+      out.push_back(anomaly(api, b, ep.slow, median(std::move(logs)), added_ns));
     }
     ep = Episode{};
   }
