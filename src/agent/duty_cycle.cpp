@@ -23,6 +23,12 @@ void DutyCycle::end_on_phase(uint64_t now_ns) {
     if (cycled > 0) fraction = std::min(fraction, (budget - always) / cycled);
     Account& account = accounts_.try_emplace(pid, Account{0, measured_since_ns_}).first->second;
     account.cost_ns += c.cycled_ns + c.always_ns;
+    Seen& seen = seen_[pid];
+    seen.calls += c.cycled_calls;
+    seen.on_ns += on;
+    seen.cycled_ns += c.cycled_ns;
+    seen.always_ns += c.always_ns;
+    seen.on_always_calls += c.always_calls;
     // What the process paid beyond the budget since it was first measured (the first on-phase
     // traces a job's start at full cost), and what the next on-phase will: paid in the off-phase,
     // in which only its always-traced calls cost it. So from the second on-phase on, the account
@@ -59,11 +65,66 @@ bool DutyCycle::tick(uint64_t now_ns) {
   } else if (!on_ && now_ns >= off_until_ns_) {
     // As it was: ticks come a little after the due time.
     if (off_listed_) untraced_.back().second = now_ns - start_ns_;
+    for (auto& [pid, seen] : seen_) seen.off_ns += static_cast<double>(now_ns - phase_start_ns_);
+    for (auto& [pid, c] : cost_) {
+      if (const auto seen = seen_.find(pid); seen != seen_.end()) {
+        seen->second.off_always_calls += c.always_calls;
+      }
+      c.always_calls = 0;
+    }
     on_ = true;
     phase_start_ns_ = now_ns;
     ++on_phases_;
   }
   return on_;
+}
+
+double DutyCycle::count_scale(double traced_fraction, uint64_t now_ns) const {
+  if (traced_fraction <= 0 || traced_fraction >= 1) return 1;
+  std::map<uint32_t, Seen> seen = seen_;
+  const double now = now_ns > phase_start_ns_ ? static_cast<double>(now_ns - phase_start_ns_) : 0;
+  for (const auto& [pid, c] : cost_) {
+    Seen& s = seen[pid];
+    s.calls += c.cycled_calls;
+    s.cycled_ns += c.cycled_ns;
+    s.always_ns += c.always_ns;
+    (on_ ? s.on_always_calls : s.off_always_calls) += c.always_calls;
+    if (on_) s.on_ns += now;
+  }
+  if (!on_) {
+    for (auto& [pid, s] : seen) {
+      if (seen_.contains(pid)) s.off_ns += now;
+    }
+  }
+  // A process makes its calls at the rate its work allows, faster untraced than traced. Where it
+  // makes enough always-traced calls (NCCL collectives, allocations) both while the cycled calls
+  // are traced and while not, their rates say by how much. Else its traps' cost does: they took
+  // the share c of its traced time, and the always-traced calls' the share a of all of it, so it
+  // runs (1 - a) / (1 - a - c) times as fast untraced. Each call seen stands for 1 + (1 - f) / f
+  // times that many, f the traced share; the session's scale weighs each process by the calls it
+  // was seen to make.
+  constexpr uint64_t kEnoughCalls = 30;
+  double seen_calls = 0, estimated_calls = 0;
+  for (const auto& [pid, s] : seen) {
+    if (s.calls == 0 || s.on_ns <= 0) continue;
+    double speedup;
+    if (s.on_always_calls >= kEnoughCalls && s.off_always_calls >= kEnoughCalls) {
+      speedup = (static_cast<double>(s.off_always_calls) / s.off_ns) /
+                (static_cast<double>(s.on_always_calls) / s.on_ns);
+    } else {
+      const auto account = accounts_.find(pid);
+      const uint64_t since = account != accounts_.end() ? account->second.since_ns : start_ns_;
+      const double lived = now_ns > since ? static_cast<double>(now_ns - since) : s.on_ns;
+      const double always = std::min(s.always_ns / lived, 0.5);
+      const double cycled = s.cycled_ns / s.on_ns;
+      // Traps that took nearly all of its traced time say little of its untraced rate.
+      speedup = (1 - always) / std::max(1 - always - cycled, 0.05);
+    }
+    seen_calls += static_cast<double>(s.calls);
+    estimated_calls +=
+        static_cast<double>(s.calls) * (1 + (1 - traced_fraction) / traced_fraction * speedup);
+  }
+  return seen_calls > 0 ? estimated_calls / seen_calls : 1 / traced_fraction;
 }
 
 DutyCycle::Figures DutyCycle::figures(uint64_t now_ns) const {
@@ -84,6 +145,7 @@ DutyCycle::Figures DutyCycle::figures(uint64_t now_ns) const {
   for (const auto& [pid, c] : cost_) cost[pid] += c.cycled_ns + c.always_ns;
   for (const auto& [pid, c] : cost)
     f.estimated_slowdown = std::max(f.estimated_slowdown, c / total);
+  f.count_scale = count_scale(f.traced_fraction, now_ns);
   return f;
 }
 

@@ -46,6 +46,7 @@ class DutyCycle {
   void on_call(uint32_t pid, double cost_ns, bool cycled) {
     Cost& c = cost_[pid];
     (cycled ? c.cycled_ns : c.always_ns) += cost_ns;
+    ++(cycled ? c.cycled_calls : c.always_calls);
   }
   // Moves the phases on to `now_ns`; returns whether the cycled probes should now be attached.
   bool tick(uint64_t now_ns);
@@ -62,8 +63,11 @@ class DutyCycle {
   struct Cost {
     double cycled_ns = 0;  // in the on-phase under way
     double always_ns = 0;  // since the last on-phase ended
+    uint64_t cycled_calls = 0;
+    uint64_t always_calls = 0;  // since the phase under way, on or off, began
   };
   void end_on_phase(uint64_t now_ns);
+  double count_scale(double traced_fraction, uint64_t now_ns) const;
 
   Options options_;
   uint64_t start_ns_;
@@ -81,6 +85,20 @@ class DutyCycle {
     uint64_t since_ns = 0;  // from the start of the phase it was first measured in
   };
   std::map<uint32_t, Account> accounts_;
+  // What each process's cycled calls were seen over, for the count scale (figures()).
+  struct Seen {
+    uint64_t calls = 0;    // cycled calls, in finished on-phases
+    double on_ns = 0;      // the on-phases they were measured in
+    double cycled_ns = 0;  // what they cost
+    double always_ns = 0;  // what the always-traced calls cost, since `account.since_ns`
+    // The always-traced calls in the on-phases, and in the off-phases after the process was
+    // first measured, and those off-phases' length: their rates say how much faster the process
+    // runs untraced.
+    uint64_t on_always_calls = 0;
+    uint64_t off_always_calls = 0;
+    double off_ns = 0;
+  };
+  std::map<uint32_t, Seen> seen_;
   std::vector<std::pair<uint64_t, uint64_t>> untraced_;  // from start_ns_
   bool off_listed_ = false;  // the off-phase under way is untraced_.back()
 };

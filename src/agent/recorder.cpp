@@ -301,7 +301,9 @@ void Recorder::cycle(uint64_t now_ns, bool final) {
   if (final) {
     const DutyCycleFigures f = duty_->figures(now_ns);
     for (Layer layer : {Layer::kCuda, Layer::kDriver, Layer::kTorch}) {
-      if (layers_.contains(layer)) session_.layers[layer].traced_fraction = f.traced_fraction;
+      if (!layers_.contains(layer)) continue;
+      session_.layers[layer].traced_fraction = f.traced_fraction;
+      session_.layers[layer].count_scale = f.count_scale;
     }
     return;
   }

@@ -80,6 +80,7 @@ nlohmann::json TracingOverhead::to_json(double duration_s) const {
                      {"slowdown_while_traced_pct", 100 * duty_cycle->slowdown_while_traced},
                      {"always_traced_slowdown_pct", 100 * duty_cycle->always_traced_slowdown},
                      {"estimated_slowdown_pct", 100 * duty_cycle->estimated_slowdown},
+                     {"sampled_count_scale", duty_cycle->count_scale},
                      {"untraced_s", std::move(untraced)}};
   }
   return out;

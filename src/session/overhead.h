@@ -38,6 +38,10 @@ struct DutyCycleFigures {
   // The costliest process's cost in on-phases over the session's time so far: what the budget
   // holds (a fraction).
   double estimated_slowdown = 0;
+  // What a cycled call count seen multiplies by to estimate the whole session's: the traced
+  // share's inverse, and more, as the job made its calls more slowly while traced than while not
+  // (DutyCycle::count_scale says how that is measured).
+  double count_scale = 1;
   // The off-phases, [start, end) in ns from the session's start (the first kMaxUntraced).
   static constexpr size_t kMaxUntraced = 10000;
   std::vector<std::pair<uint64_t, uint64_t>> untraced;

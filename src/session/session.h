@@ -142,6 +142,9 @@ struct LayerState {
   nlohmann::json extra = nlohmann::json::object();  // layer-specific figures (nccl: ranks)
   // --overhead-budget: the share of the session this layer's cycled rows were traced.
   std::optional<double> traced_fraction = std::nullopt;
+  // And what a sampled call count multiplies by to estimate the whole session's
+  // (DutyCycleFigures::count_scale).
+  std::optional<double> count_scale = std::nullopt;
 };
 
 // What an output of the session could not hold: a write failed (a full disk) and the rest of it,

@@ -234,8 +234,8 @@ nlohmann::json summary_json(const Session& s) {
         if (st.sampled && state.traced_fraction && *state.traced_fraction > 0) {
           // Seen only while traced: what the whole session would have counted, said as such.
           c["sampled"] = true;
-          c["estimated_count"] =
-              std::llround(static_cast<double>(st.count) / *state.traced_fraction);
+          const double scale = state.count_scale.value_or(1 / *state.traced_fraction);
+          c["estimated_count"] = std::llround(static_cast<double>(st.count) * scale);
         }
         calls[name] = std::move(c);
       }

@@ -109,5 +109,33 @@ TEST(DutyCycle, AnOffPhaseUnderWayEndsNowInTheAccount) {
   EXPECT_TRUE(d.tick(38 * kS));
 }
 
+TEST(DutyCycle, SampledCountsScaleByTheTracedShareAndTheSlowerTracedRate) {
+  DutyCycle d({.budget = 0.05, .min_on_ns = 2 * kS}, 0);
+  calls(d, 7, 400, 1'000'000);        // 400 ms of traps in 2 s: 20 % of its time while traced
+  calls(d, 8, 100, 1'000'000);        // 5 %
+  calls(d, 9, 10, 1'000'000, false);  // only always-traced calls: not in the scale
+  EXPECT_TRUE(d.tick(1 * kS));
+  EXPECT_EQ(d.figures(1 * kS).count_scale, 1.0);  // traced all the time so far
+  // 20 % over a 5 % budget: off for the 300 ms spent beyond it and 300 ms ahead, 12 s.
+  EXPECT_FALSE(d.tick(2 * kS));
+  const DutyCycleFigures f = d.figures(14 * kS);
+  ASSERT_DOUBLE_EQ(f.traced_fraction, 2.0 / 14);
+  // Each call seen in pid 7 stands for 1 + 12 / 2 / (1 - 0.2) calls: untraced, it made its calls
+  // faster than the 200 a second it was seen to. Pid 8's for 1 + 12 / 2 / (1 - 0.05).
+  const double k7 = 1 + 6 / 0.8, k8 = 1 + 6 / 0.95;
+  EXPECT_NEAR(f.count_scale, (400 * k7 + 100 * k8) / 500, 1e-9);
+  EXPECT_GT(f.count_scale, 1 / f.traced_fraction);
+}
+
+TEST(DutyCycle, AlwaysTracedCallRatesSayHowMuchFasterAProcessRunsUntraced) {
+  DutyCycle d({.budget = 0.05, .min_on_ns = 2 * kS}, 0);
+  calls(d, 7, 400, 1'000'000);     // 20 % of its traced time, as above
+  calls(d, 7, 40, 1'000, false);   // and 20 collectives a second while traced
+  EXPECT_FALSE(d.tick(2 * kS));    // off for a little over 12 s
+  calls(d, 7, 390, 1'000, false);  // 30 a second untraced: 1.5 times as fast, not 1 / 0.8
+  EXPECT_TRUE(d.tick(15 * kS));
+  EXPECT_NEAR(d.figures(15 * kS).count_scale, 1 + 13.0 / 2 * 1.5, 1e-9);
+}
+
 }  // namespace
 }  // namespace eacgm
