@@ -349,6 +349,9 @@ void Recorder::on_call(const CallRecord& event) {
   CallRecord call = event;
   if (call.py_code != 0) call.py_site = python_.site(call.pid, call.py_code, call.py_instr);
   call.kernel = session_.kernels.kernel_of(call);
+  if (layers_.contains(Layer::kOs)) {
+    os_.on_traced_call(call.pid, call.tid, call.start_ns, call.start_ns + call.duration_ns);
+  }
   if (call.inner) {
     // NVIDIA's runtime running on the driver: part of the runtime call around it. Shown nested
     // in the timeline and kept in the database, never a second launch, allocation or sample.
@@ -629,7 +632,9 @@ void Recorder::tick(uint64_t now_ns, bool final) {
   if (final) session_.window_workers = analysis_.report();
   if (layers_.contains(Layer::kOs)) {
     os_.set_session_start(session_.start_ns);
-    for (Anomaly& a : os_.take_anomalies()) report(std::move(a));
+    for (Anomaly& a : os_.take_anomalies(final ? OsMonitor::kReleaseAll : now_ns)) {
+      report(std::move(a));
+    }
     if (now_ns >= devices_refreshed_ns_ + 1'000'000'000) refresh_ioctl_devices();
   }
   if (layers_.contains(Layer::kPython)) {

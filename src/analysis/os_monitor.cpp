@@ -216,6 +216,11 @@ void OsMonitor::on_process_exit(uint32_t pid) {
 }
 
 void OsMonitor::forget_process(uint32_t pid) {
+  // Its slow ioctls still held are judged now, while its name is known.
+  std::erase_if(held_, [&](const IoctlEvent& e) {
+    if (e.pid == pid) report_slow_ioctl(e);
+    return e.pid == pid;
+  });
   process_start_.erase(pid);
   comms_.erase(pid);
   storms_.erase(pid);
@@ -423,7 +428,18 @@ void OsMonitor::on_ioctl(const IoctlEvent& e) {
   if (e.duration_ns < options_.slow_ioctl_ns) return;
   ++st.slow;
   if (activity_.slow_ioctls.size() < options_.max_slow_ioctls) activity_.slow_ioctls.push_back(e);
-  if (!slow_reported_.insert({e.pid, e.rdev}).second) return;
+  if (!slow_reported_.contains({e.pid, e.rdev})) held_.push_back(e);
+}
+
+void OsMonitor::on_traced_call(uint32_t pid, uint32_t tid, uint64_t start_ns, uint64_t end_ns) {
+  if (held_.empty()) return;
+  slow_in_traced_calls_ += std::erase_if(held_, [&](const IoctlEvent& e) {
+    return e.pid == pid && e.tid == tid && e.ts_ns >= start_ns && e.ts_ns + e.duration_ns <= end_ns;
+  });
+}
+
+void OsMonitor::report_slow_ioctl(const IoctlEvent& e) {
+  if (!slow_reported_.insert({e.pid, e.rdev}).second) return;  // once per process and device
   auto dev = activity_.devices.find(e.rdev);
   const std::string device =
       dev != activity_.devices.end() ? dev->second : "device " + device_number(e.rdev);
@@ -504,7 +520,12 @@ ProcessExit OsMonitor::explain(uint32_t pid, ProcessExit exit) const {
   return explain_exit(std::move(exit), signal, oom == oom_by_pid_.end() ? nullptr : &oom->second);
 }
 
-std::vector<Anomaly> OsMonitor::take_anomalies() {
+std::vector<Anomaly> OsMonitor::take_anomalies(uint64_t now_ns) {
+  std::erase_if(held_, [&](const IoctlEvent& e) {
+    const bool due = now_ns == kReleaseAll || e.ts_ns + e.duration_ns + options_.hold_ns <= now_ns;
+    if (due) report_slow_ioctl(e);
+    return due;
+  });
   std::vector<Anomaly> out;
   out.swap(pending_);
   return out;
@@ -621,7 +642,8 @@ json OsMonitor::figures() const {
                   {"devices", std::move(devices)},
                   {"slow_threshold_ns", options_.slow_ioctl_ns},
                   {"processes", std::move(per_pid)},
-                  {"slow", std::move(slow)}};
+                  {"slow", std::move(slow)},
+                  {"slow_inside_traced_calls", slow_in_traced_calls_}};
   return out;
 }
 

@@ -99,6 +99,7 @@ class OsMonitor {
     uint32_t self_pid = 0;       // eacgm itself: its SIGCONTs resume loader stops
     size_t max_signals = 10000;  // kept in the session; counted beyond
     size_t max_slow_ioctls = 100;
+    uint64_t hold_ns = 10'000'000'000;  // a slow ioctl's wait for a traced call around it
     // Kept in the session; counted beyond. Each one ends a process, so
     // `record` never sees many; an agent that runs for days may.
     size_t max_oom_kills = 10000;
@@ -123,6 +124,11 @@ class OsMonitor {
   void on_oom_kill(const OomKillEvent& event);
   void on_mmap(const MmapEvent& event);
   void on_ioctl(const IoctlEvent& event);
+  // A traced call (any layer) of thread `tid` ran over [start_ns, end_ns]. A slow ioctl made
+  // inside one is that call's slowness, judged by the detectors that judge the call (a GPU's
+  // set-up at its first use takes 100s of ms in driver ioctls, by design): counted, not reported.
+  // So a slow ioctl is held until `hold_ns` after it ended, for the call around it to return.
+  void on_traced_call(uint32_t pid, uint32_t tid, uint64_t start_ns, uint64_t end_ns);
   // The ML/GPU libraries `pid` has mapped at `ts_ns` (all of them, each rescan).
   void on_libraries(uint32_t pid, const std::vector<LibraryBuild>& libraries, uint64_t ts_ns);
   // The device paths that match the ioctl pattern, by kernel dev_t.
@@ -130,8 +136,9 @@ class OsMonitor {
 
   // The exit of `pid`, explained with what was seen of its signals and OOM kill.
   ProcessExit explain(uint32_t pid, ProcessExit exit) const;
-  // Anomalies found since the last call.
-  std::vector<Anomaly> take_anomalies();
+  // Anomalies found since the last call; slow ioctls held until `now_ns` (all of them without).
+  static constexpr uint64_t kReleaseAll = UINT64_MAX;
+  std::vector<Anomaly> take_anomalies(uint64_t now_ns = kReleaseAll);
   // The session's record, and the summary.json figures of layers.os.
   const OsActivity& activity() const { return activity_; }
   nlohmann::json figures() const;
@@ -149,6 +156,7 @@ class OsMonitor {
  private:
   double seconds(uint64_t ns) const;
   std::string who(uint32_t pid) const;
+  void report_slow_ioctl(const IoctlEvent& event);
 
   Options options_;
   uint64_t session_start_ns_ = 0;
@@ -164,6 +172,8 @@ class OsMonitor {
   std::map<uint32_t, std::map<std::string, LibraryBuild>> libraries_;  // pid -> family -> first
   std::set<std::pair<uint32_t, std::string>> conflicts_reported_;
   std::set<std::pair<uint32_t, uint32_t>> slow_reported_;  // (pid, rdev)
+  std::vector<IoctlEvent> held_;                           // slow, not yet judged
+  uint64_t slow_in_traced_calls_ = 0;
   std::vector<Anomaly> pending_;
 };
 

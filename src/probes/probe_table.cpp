@@ -576,6 +576,28 @@ const std::vector<ProbeSpec>& driver_table() {
        .args = {{"pFunc", kRdi, ArgFormat::kOutPointer}, {"kernel", kRsi, ArgFormat::kPointer}},
        .out_slot = kRdi,
        .alias_slot = kRsi},
+      // Appended, so that the rows above keep their numbers (tests/fuzz seeds name rows).
+      // Setting the GPU up: the driver's own start, and a context's creation.
+      {.symbol = "cuInit",
+       .layer = Layer::kDriver,
+       .args = {{"Flags", kRdi, ArgFormat::kUInt32}},
+       .role = CallRole::kSetUp},
+      {.symbol = "cuDevicePrimaryCtxRetain",
+       .layer = Layer::kDriver,
+       .args = {{"dev", kRsi, ArgFormat::kInt}},
+       .role = CallRole::kSetUp},
+      {.symbol = "cuCtxCreate_v2",
+       .layer = Layer::kDriver,
+       .args = {{"flags", kRsi, ArgFormat::kUInt32}, {"dev", kRdx, ArgFormat::kInt}},
+       .role = CallRole::kSetUp},
+      {.symbol = "cuCtxCreate_v3",
+       .layer = Layer::kDriver,
+       .args = {{"flags", kRcx, ArgFormat::kUInt32}, {"dev", kR8, ArgFormat::kInt}},
+       .role = CallRole::kSetUp},
+      {.symbol = "cuCtxCreate_v4",
+       .layer = Layer::kDriver,
+       .args = {{"flags", kRdx, ArgFormat::kUInt32}, {"dev", kRcx, ArgFormat::kInt}},
+       .role = CallRole::kSetUp},
   };
   return table;
 }

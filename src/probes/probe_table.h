@@ -94,6 +94,10 @@ enum class CallRole : uint8_t {
   kCommDestroy,   // ends the communicator in comm_slot
   kCollective,    // every rank of comm_slot must enter it: arrivals are compared
   kPointToPoint,  // send/recv with one peer
+  // Sets the GPU up for the process (cuInit, a context's creation): once, at its first use, and
+  // slow by nature (100s of ms on a big GPU). Always traced: what happens inside it (a driver
+  // ioctl, a Python call waiting on it) is start-up, not a stall.
+  kSetUp,
 };
 
 struct ProbeSpec {

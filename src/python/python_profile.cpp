@@ -185,6 +185,7 @@ void PythonProfile::on_fork(uint32_t parent, uint32_t child) {
 void PythonProfile::forget(uint32_t pid) {
   interpreters_.erase(pid);
   rounds_.erase(pid);
+  busy_.erase(pid);
 }
 
 void PythonProfile::on_code(const PyCodeEvent& event) {
@@ -401,7 +402,25 @@ std::vector<PythonStackChange> PythonProfile::close_stacks() {
 void PythonProfile::note_traced_call(uint32_t pid, uint32_t tid, uint64_t start_ns,
                                      uint64_t duration_ns) {
   working_threads_.insert({pid, tid});
+  // The process's busy spans: one that reaches this call (or comes within the gap) grows into
+  // it, and so may the spans before it (an outer call returns after the calls it made).
+  std::deque<std::pair<uint64_t, uint64_t>>& busy = busy_[pid];
+  uint64_t from = start_ns, to = start_ns + duration_ns;
+  while (!busy.empty() && busy.back().second + kBusyGapNs >= from &&
+         busy.back().first <= to + kBusyGapNs) {
+    from = std::min(from, busy.back().first);
+    to = std::max(to, busy.back().second);
+    busy.pop_back();
+  }
+  busy.emplace_back(from, to);
+  if (busy.size() > kMaxBusySpans) busy.pop_front();
   if (duration_ns < 1'000'000) return;  // too short to explain a stall of 100 ms
+  for (HeldCall& h : held_) {
+    if (h.call.pid != pid || h.call.tid != tid) continue;
+    const uint64_t from = std::max(start_ns, h.call.start_ns);
+    const uint64_t to = std::min(start_ns + duration_ns, h.call.start_ns + h.call.duration_ns);
+    if (to > from) h.inside_ns += to - from;
+  }
   auto it = threads_.find({pid, tid});
   if (it == threads_.end() || !it->second.call) return;
   std::vector<std::pair<uint64_t, uint64_t>>& traced = it->second.traced;
@@ -472,7 +491,36 @@ void PythonProfile::close_call(uint32_t pid, uint32_t tid, const OpenCall& call)
     if (s.called_from.empty() && !is_library_file(outer->file)) s.called_from = frame;
     s.stack.push_back(std::move(frame));
   }
-  slow_calls_.push_back(std::move(s));
+  held_.push_back({.call = std::move(s), .inside_ns = 0, .waiting = waiting});
+}
+
+void PythonProfile::judge_held(uint64_t now_ns, bool final) {
+  std::erase_if(held_, [&](HeldCall& h) {
+    const SlowCall& s = h.call;
+    if (!final && s.start_ns + s.duration_ns + options_.hold_ns > now_ns) return false;
+    // Mostly inside its thread's traced calls that returned after the samples that ended it
+    // (a driver call whose ioctls broke it into waits): that layer's to judge.
+    if (2 * h.inside_ns >= s.duration_ns) return true;
+    // Waiting while the process's threads worked in traced calls for most of it: waiting for
+    // the work it handed them (PyTorch's backward runs on its autograd threads), which the other
+    // layers' detectors judge. Counted (layers.python.waits_for_busy_threads), not reported.
+    if (h.waiting) {
+      uint64_t busy = 0;
+      if (auto spans = busy_.find(s.pid); spans != busy_.end()) {
+        for (auto [start, end] : spans->second) {
+          const uint64_t from = std::max(start, s.start_ns);
+          const uint64_t to = std::min(end, s.start_ns + s.duration_ns);
+          if (to > from) busy += to - from;
+        }
+      }
+      if (busy > 0 && 2 * busy >= s.duration_ns) {
+        ++waits_for_busy_threads_;
+        return true;
+      }
+    }
+    slow_calls_.push_back(std::move(h.call));
+    return true;
+  });
 }
 
 void PythonProfile::note_slow_import(uint32_t pid, uint64_t duration_ns, const OpenCall& call) {
@@ -514,6 +562,7 @@ std::vector<Anomaly> PythonProfile::take_anomalies(const Session& session, uint6
       }
     }
   }
+  judge_held(now_ns, final);
   std::vector<Anomaly> out;
   for (SlowCall& s : slow_calls_) {
     // A process that started traced workers waits for them by design, in library code, making
@@ -664,6 +713,7 @@ nlohmann::json PythonProfile::figures() const {
             {"total_ms", kernel_waits_.total_ns / 1e6},
             {"longest_ms", kernel_waits_.longest_ns / 1e6},
             {"longest_function", kernel_waits_.longest_function}}},
+          {"waits_for_busy_threads", waits_for_busy_threads_},
           {"startup", std::move(startup)},
           {"samples_rejected", samples_rejected_},
           {"codes_rejected", codes_rejected_},

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -100,6 +101,9 @@ class PythonProfile {
   struct Options {
     double rate_hz = 99;
     uint64_t slow_call_ns = 100'000'000;
+    // A slow call is judged this long after it ended: the traced calls it waited in, its own
+    // thread's or others', may return (and be seen) after the samples that ended it.
+    uint64_t hold_ns = 5'000'000'000;
   };
   PythonProfile() = default;
   explicit PythonProfile(Options options) : options_(options) {}
@@ -230,6 +234,15 @@ class PythonProfile {
     bool supervisor = false;
   };
   std::vector<SlowCall> slow_calls_;  // found, not yet taken
+  // Ended, past the threshold, not yet judged (Options::hold_ns): how much of it was inside
+  // its own thread's traced calls so far, and whether it waited off CPU.
+  struct HeldCall {
+    SlowCall call;
+    uint64_t inside_ns = 0;
+    bool waiting = false;
+  };
+  std::vector<HeldCall> held_;
+  void judge_held(uint64_t now_ns, bool final);
   // Long calls spent mostly waiting uninterruptibly in the kernel (see close_call).
   struct KernelWaits {
     uint64_t count = 0;
@@ -238,6 +251,14 @@ class PythonProfile {
     std::string longest_function;
   };
   KernelWaits kernel_waits_;
+  // Spans in which some thread of a process made traced calls, gaps under kBusyGapNs bridged
+  // (the last kMaxBusySpans, by pid): a thread that waits while others of its process work in
+  // traced calls waits for what it handed them (PyTorch's backward runs on its autograd
+  // threads while the calling thread waits).
+  static constexpr uint64_t kBusyGapNs = 10'000'000;
+  static constexpr size_t kMaxBusySpans = 4096;
+  std::map<uint32_t, std::deque<std::pair<uint64_t, uint64_t>>> busy_;
+  uint64_t waits_for_busy_threads_ = 0;
   struct SlowCallSummary {
     uint64_t occurrences = 0;
     uint64_t total_ns = 0;

@@ -281,6 +281,42 @@ TEST(OsMonitor, IoctlHistogramAndSlowCalls) {
   EXPECT_EQ(f["ioctl"]["slow"].size(), 2u);
 }
 
+TEST(OsMonitor, ASlowIoctlInsideATracedCallIsThatCallsNotReported) {
+  OsMonitor::Options options;
+  options.hold_ns = 10 * kSecond;
+  OsMonitor os(options);
+  const uint32_t uvm = (238u << 20) | 0;
+  os.set_devices("/dev/nvidia*", {{uvm, "/dev/nvidia-uvm"}});
+  auto slow_ioctl = [&](uint32_t tid, uint64_t start_ns) {
+    IoctlEvent e;
+    e.pid = 9;
+    e.tid = tid;
+    e.rdev = uvm;
+    e.ts_ns = start_ns;
+    e.duration_ns = 170'000'000;
+    e.request = 0x25;
+    os.on_ioctl(e);
+  };
+  // The GPU's set-up: cuDevicePrimaryCtxRetain on thread 9 from 1 s to 1.5 s, a 170 ms ioctl in it.
+  slow_ioctl(9, kSecond + 100'000'000);
+  EXPECT_TRUE(os.take_anomalies(2 * kSecond).empty());       // held for the call around it
+  os.on_traced_call(9, 10, kSecond, kSecond + 500'000'000);  // another thread's: not around it
+  os.on_traced_call(9, 9, kSecond, kSecond + 500'000'000);
+  EXPECT_TRUE(os.take_anomalies(20 * kSecond).empty());
+  // One outside any traced call is reported once its hold is over, not before.
+  slow_ioctl(9, 30 * kSecond);
+  os.on_traced_call(9, 9, 30 * kSecond + 1, 31 * kSecond);  // began after it
+  EXPECT_TRUE(os.take_anomalies(35 * kSecond).empty());
+  const std::vector<Anomaly> a = os.take_anomalies(41 * kSecond);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].kind, "slow_ioctl");
+  EXPECT_DOUBLE_EQ(a[0].t_s, 30.0);
+  const nlohmann::json f = os.figures();
+  EXPECT_EQ(f["ioctl"]["slow"].size(), 2u);  // both are in the record
+  EXPECT_EQ(f["ioctl"]["slow_inside_traced_calls"], 1);
+  EXPECT_EQ(f["ioctl"]["processes"]["9"]["/dev/nvidia-uvm"]["slow"], 2);
+}
+
 LibraryBuild build(std::string path, uint64_t inode, std::string build_id) {
   LibraryBuild b;
   b.family = *library_family(path);

@@ -10,8 +10,9 @@ constexpr uint32_t kPid = 100;
 constexpr uint64_t kMain = 0x1000, kTrain = 0x2000, kStall = 0x3000, kStep = 0x4000;
 constexpr uint64_t kPeriod = 10'000'000;  // 100 Hz
 
-PythonProfile make_profile() {
-  PythonProfile p({.rate_hz = 100, .slow_call_ns = 100'000'000});
+// Slow calls judged at once (hold_ns 0) unless a test says.
+PythonProfile make_profile(uint64_t hold_ns = 0) {
+  PythonProfile p({.rate_hz = 100, .slow_call_ns = 100'000'000, .hold_ns = hold_ns});
   p.add_interpreter({kPid, 311, "/usr/bin/python3.11", true, ""});
   auto code = [&p](uint64_t addr, std::string name, uint32_t line) {
     PyCodeEvent e;
@@ -205,6 +206,60 @@ TEST(PythonProfile, TheSameStallAgainIsCountedNotReportedAgain) {
   EXPECT_DOUBLE_EQ(slow[0]["max_ms"].get<double>(), 200.0);
 }
 
+TEST(PythonProfile, AWaitWhileOtherThreadsWorkInTracedCallsIsTheirsNotASlowCall) {
+  // loss.backward() on a GPU: the calling thread waits off CPU while PyTorch's autograd thread
+  // runs the backward operators (traced), here 300 ms of 2 ms calls 1 ms apart.
+  PythonProfile p = make_profile();
+  Session s = session_with(kPid);
+  const uint32_t autograd = kPid + 1;
+  uint64_t t = 1'000'000'000;
+  const uint64_t wait_start = t;
+  for (int i = 0; i < 30; ++i, t += kPeriod) p.on_sample(sample(t, {kStall, kTrain, kMain}));
+  for (uint64_t c = wait_start; c < t; c += 3'000'000)
+    p.note_traced_call(kPid, autograd, c, 2'000'000);
+  for (int i = 0; i < 5; ++i, t += kPeriod) p.on_sample(sample(t, {kStep, kTrain, kMain}));
+  EXPECT_TRUE(p.take_anomalies(s, t, false).empty());
+  EXPECT_EQ(p.figures()["waits_for_busy_threads"], 1);
+  // The same wait while the other thread worked for a third of it: a stall.
+  const uint64_t stall_start = t;
+  for (int i = 0; i < 30; ++i, t += kPeriod) p.on_sample(sample(t, {kStall, kTrain, kMain}));
+  p.note_traced_call(kPid, autograd, stall_start, 100'000'000);
+  for (int i = 0; i < 5; ++i, t += kPeriod) p.on_sample(sample(t, {kStep, kTrain, kMain}));
+  EXPECT_EQ(p.take_anomalies(s, t, false).size(), 1u);
+  // On CPU the thread does its own work, whatever the others do.
+  PythonProfile q = make_profile();
+  t = 1'000'000'000;
+  q.note_traced_call(kPid, autograd, t, 400'000'000);
+  for (int i = 0; i < 30; ++i, t += kPeriod)
+    q.on_sample(sample(t, {kStall, kTrain, kMain}, kPid, true));
+  for (int i = 0; i < 5; ++i, t += kPeriod) q.on_sample(sample(t, {kStep, kTrain, kMain}));
+  EXPECT_EQ(q.take_anomalies(s, t, false).size(), 1u);
+}
+
+TEST(PythonProfile, ASlowCallWaitsForTheTracedCallsThatReturnAfterIt) {
+  // torch.cuda's _lazy_init: on CPU in cuInit for 190 ms, whose event comes at its return, after
+  // the samples that ended the Python call (its ioctls' waits broke it up).
+  PythonProfile p = make_profile(5'000'000'000);
+  Session s = session_with(kPid);
+  uint64_t t = 1'000'000'000;
+  const uint64_t start = t;
+  for (int i = 0; i < 12; ++i, t += kPeriod)
+    p.on_sample(sample(t, {kStall, kTrain, kMain}, kPid, true));
+  for (int i = 0; i < 3; ++i, t += kPeriod)
+    p.on_sample(sample(t, {kStep, kTrain, kMain}, kPid, true));
+  EXPECT_TRUE(p.take_anomalies(s, t, false).empty());  // held
+  p.note_traced_call(kPid, kPid, start - 10'000'000, 190'000'000);
+  EXPECT_TRUE(p.take_anomalies(s, t + 10'000'000'000, false).empty());
+  // The same without a traced call around it is reported once its hold is over.
+  const uint64_t again = t;
+  for (int i = 0; i < 12; ++i, t += kPeriod)
+    p.on_sample(sample(t, {kStall, kTrain, kMain}, kPid, true));
+  for (int i = 0; i < 3; ++i, t += kPeriod)
+    p.on_sample(sample(t, {kStep, kTrain, kMain}, kPid, true));
+  EXPECT_TRUE(p.take_anomalies(s, again + 4'000'000'000, false).empty());
+  EXPECT_EQ(p.take_anomalies(s, again + 6'000'000'000, false).size(), 1u);
+}
+
 TEST(PythonProfile, AnIdleHelperThreadIsNotASlowCall) {
   PythonProfile p = make_profile();
   Session s = session_with(kPid);
@@ -371,7 +426,7 @@ TEST(PythonProfile, ImportsAreStartUpNotStalls) {
 TEST(PythonProfile, OneFunctionStallingAtTwoLinesIsOneFinding) {
   // CPython 3.8: f_lasti counts bytes, and lnotab {2, 1} puts offset 0 at the first line and
   // offset 2 onwards at the next.
-  PythonProfile p({.rate_hz = 100, .slow_call_ns = 100'000'000});
+  PythonProfile p({.rate_hz = 100, .slow_call_ns = 100'000'000, .hold_ns = 0});
   p.add_interpreter({kPid, 308, "/usr/bin/python3.8", false, ""});
   PyCodeEvent e;
   e.pid = kPid;
