@@ -212,7 +212,16 @@ void pause_ms(long ms) {
   }
 }
 
-[[noreturn]] void guardian_main(int sock) {
+// True while `pid` still holds its files: it exists and is not yet a zombie. A process gives
+// up its fds (and with them its BPF links) before it becomes a zombie.
+bool holds_its_files(uint32_t pid) {
+  char state = 0;
+  uint32_t ppid = 0;
+  if (!read_stat(pid, &state, &ppid)) return false;
+  return state != 'Z' && state != 'X';
+}
+
+[[noreturn]] void guardian_main(int sock, uint32_t agent) {
   setsid();  // out of eacgm's process group and terminal: their signals are not for it
   struct sigaction ignore {};
   ignore.sa_handler = SIG_IGN;
@@ -286,9 +295,18 @@ void pause_ms(long ms) {
     have -= at;
   }
   release_held();  // first: none of them stops a target, but the sweep should not wait
-  // The kernel takes eacgm's probes down after its fds close, and a stop raised meanwhile takes
-  // effect later still: sweep for a while (seen on 6.18: a stop more than 1 s after the EOF).
+  // The EOF comes as eacgm's exit closes its fds, the socket (an early fd) among the first: its
+  // BPF links are released after it, one RCU grace period each, and go on stopping targets
+  // meanwhile. With hundreds of links on a loaded machine that takes seconds (a fixed 3 s sweep
+  // left a job stopped in CI). So sweep until eacgm has given up every fd (a zombie, or gone;
+  // bounded, should it hang in the kernel), then a while longer for a stop raised by a program
+  // that ran last, which takes effect when its target next returns to user space.
   size_t resumed = resume_stopped();
+  constexpr int kAgentExitBound = 6000;  // x 100 ms: 10 minutes
+  for (int i = 0; i < kAgentExitBound && agent != 0 && holds_its_files(agent); ++i) {
+    pause_ms(100);
+    resumed += resume_stopped();
+  }
   for (int i = 0; i < 30; ++i) {
     pause_ms(100);
     resumed += resume_stopped();
@@ -329,9 +347,10 @@ Result<TargetGuardian> TargetGuardian::start() {
     // Forked twice: the guardian is nobody's child but init's, so eacgm never has to reap it
     // and its exit is no SIGCHLD in eacgm's loop.
     close(sv[0]);
+    const auto agent = static_cast<uint32_t>(getppid());  // eacgm, whose exit it awaits
     const pid_t guardian = fork();
     if (guardian != 0) _exit(guardian < 0 ? 1 : 0);
-    guardian_main(sv[1]);
+    guardian_main(sv[1], agent);
   }
   close(sv[1]);
   int status = 0;

@@ -25,8 +25,9 @@ while not os.path.exists(stop):
     os.rename(count + ".tmp", count)
 """
 
-# How long after its death the guardian may take: it sweeps for 3 s (target_guardian.cpp).
-GUARDIAN_WINDOW_S = 3.5
+# The guardian sweeps until eacgm's exit has released its links, then 3 s more
+# (target_guardian.cpp); far longer than this means it hangs.
+GUARDIAN_BOUND_S = 60
 
 
 def descendants(root):
@@ -58,7 +59,8 @@ def job_pid(agent_pid, marker):
     its exec, a copy of eacgm with eacgm's command line)."""
     for pid in set(descendants(agent_pid)) - {agent_pid}:
         try:
-            # The guardian's first fork is a copy of eacgm too, briefly eacgm's child.
+            # The guardian's first fork is a copy of eacgm too, briefly eacgm's child (named
+            # before it forks the guardian).
             with open(f"/proc/{pid}/comm") as f:
                 if f.read().strip() == "eacgm-guardian":
                     continue
@@ -68,6 +70,31 @@ def job_pid(agent_pid, marker):
         except OSError:
             pass
     return None
+
+
+def guardian_writing_to(path):
+    """The pid of the guardian whose stderr is the file `path` (each agent's stderr is its own
+    file; the guardian is init's child, not the agent's), or None."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/comm") as f:
+                if f.read().strip() != "eacgm-guardian":
+                    continue
+            if os.readlink(f"/proc/{name}/fd/2") == path:
+                return int(name)
+        except OSError:
+            pass
+    return None
+
+
+def wait_gone(pid, bound_s):
+    """Waits for `pid` to end (it is nobody's child here but init's); True when it did."""
+    deadline = time.monotonic() + bound_s
+    while pid and os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not (pid and os.path.exists(f"/proc/{pid}"))
 
 
 def read_count(path):
@@ -108,38 +135,52 @@ class AgentDeath(EacgmTest):
         for i, delay in enumerate(kill_after_s):
             count = os.path.join(self.tmp, f"count{i}")
             stop = os.path.join(self.tmp, f"stop{i}")
-            err = open(os.path.join(self.tmp, f"stderr{i}"), "w+")
+            err_path = os.path.join(self.tmp, f"stderr{i}")
+            err = open(err_path, "w+")
             agent = subprocess.Popen(
                 [EACGM, "record", "-o", self.out(f"s{i}"), "--", sys.executable, "-c", JOB,
                  count, stop], stdout=subprocess.DEVNULL, stderr=err)
             runs.append({"agent": agent, "delay": delay, "count": count, "stop": stop,
-                         "stderr": err, "job": None, "killed": False})
+                         "stderr": err, "stderr_path": err_path, "job": None,
+                         "killed": False})
         deadline = time.monotonic() + 30
         while not all(r["killed"] for r in runs) and time.monotonic() < deadline:
             for run in runs:
                 if run["killed"]:
                     continue
                 if run["job"] is None:
+                    # The guardian comes first (Tracer::open); until it is up, its first fork,
+                    # not yet named, looks like the job.
+                    if not guardian_writing_to(run["stderr_path"]):
+                        continue
                     run["job"] = job_pid(run["agent"].pid, run["count"])
                     run["forked_at"] = time.monotonic()
                     if run["job"]:
                         self.jobs.append((run["job"], run["stop"]))
                 elif time.monotonic() >= run["forked_at"] + run["delay"]:
+                    run["guardian"] = guardian_writing_to(run["stderr_path"])
                     run["agent"].send_signal(signal.SIGKILL)
                     run["agent"].wait()
                     run["killed"] = True
             time.sleep(0.01)
-        time.sleep(GUARDIAN_WINDOW_S)
         for run in runs:
             with self.subTest(killed_after_s=run["delay"]):
                 self.assertIsNotNone(run["job"], "the job had not started")
+                self.assertIsNotNone(run["guardian"], "the agent had no guardian")
+                self.assertTrue(wait_gone(run["guardian"], GUARDIAN_BOUND_S),
+                                "the guardian did not end")
+                # Nothing is left to resume it now: it must be running, and go on running.
                 tree = descendants(run["job"])
                 stopped = {pid: s for pid, s in tree.items() if s == "T"}
                 self.assertEqual(stopped, {}, f"paused after eacgm died: {tree}")
-                # And it goes on: it starts more processes, then ends when told.
+                # It starts more processes (a loaded machine may take a while), then ends when
+                # told.
                 before = read_count(run["count"])
-                time.sleep(0.3)
-                self.assertGreater(read_count(run["count"]), before)
+                deadline = time.monotonic() + 10
+                while read_count(run["count"]) <= before and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                self.assertGreater(read_count(run["count"]), before,
+                                   f"the job made no progress: {descendants(run['job'])}")
                 open(run["stop"], "w").close()
         deadline = time.monotonic() + 10
         for run in runs:
@@ -159,7 +200,8 @@ class AgentDeath(EacgmTest):
         # loader stop, so that it can resume nothing, then killed.
         require_root(self)
         count, stop = os.path.join(self.tmp, "count"), os.path.join(self.tmp, "stop")
-        err = open(os.path.join(self.tmp, "stderr"), "w+")
+        err_path = os.path.join(self.tmp, "stderr")
+        err = open(err_path, "w+")
         agent = subprocess.Popen(
             [EACGM, "record", "-o", self.out(), "--", sys.executable, "-c", JOB, count, stop],
             stdout=subprocess.DEVNULL, stderr=err)
@@ -175,9 +217,11 @@ class AgentDeath(EacgmTest):
             paused = {p: s for p, s in descendants(job).items() if s == "T"}
             time.sleep(0.01)
         self.assertTrue(paused, "no target paused while eacgm was frozen")
+        guardian = guardian_writing_to(err_path)
+        self.assertIsNotNone(guardian, "the agent had no guardian")
         agent.send_signal(signal.SIGKILL)
         agent.wait()
-        time.sleep(GUARDIAN_WINDOW_S)
+        self.assertTrue(wait_gone(guardian, GUARDIAN_BOUND_S), "the guardian did not end")
         tree = descendants(job)
         self.assertEqual({p: s for p, s in tree.items() if s == "T"}, {}, tree)
         open(stop, "w").close()
