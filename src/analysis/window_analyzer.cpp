@@ -160,6 +160,15 @@ std::vector<Anomaly> WindowAnalyzer::process(std::vector<Window> windows) {
       continue;
     }
     if (!e.baseline && model_) e.baseline = model_->find(e.key);
+    if (!model_ && work_begins(e, w)) {  // learn from the work, not from the set-up before it
+      ++e.warmup_restarts;
+      e.warmup.clear();
+      e.gave_up = false;
+      e.learned.reset();
+      e.baseline = nullptr;
+      e.gmm = e.throughput = Episode{};
+      e.latency.clear();
+    }
     if (!e.baseline) {
       if (model_ || e.gave_up) continue;
       e.warmup.push_back(std::move(w));
@@ -178,6 +187,23 @@ std::vector<Anomaly> WindowAnalyzer::process(std::vector<Window> windows) {
     score(e, w, out);
   }
   return out;
+}
+
+bool WindowAnalyzer::work_begins(const Entity& e, const Window& w) const {
+  const double rate = w.features[kCallRate];
+  if (rate < options_.work_min_call_rate) return false;
+  double before;  // the call rate it begins from
+  if (e.learned) {
+    before = e.learned->call_rate_median;
+  } else if (!e.warmup.empty() && !e.gave_up) {
+    std::vector<double> rates;
+    rates.reserve(e.warmup.size());
+    for (const Window& x : e.warmup) rates.push_back(x.features[kCallRate]);
+    before = median(rates);
+  } else {
+    return false;  // nothing learned yet, or nothing could be
+  }
+  return before < options_.work_min_call_rate && rate >= options_.work_rate_ratio * before;
 }
 
 bool WindowAnalyzer::overlaps_untraced(const Window& w) const {
@@ -394,7 +420,8 @@ nlohmann::json WindowAnalyzer::report() const {
         {"rank", e.info.rank ? nlohmann::json(*e.info.rank) : nlohmann::json(nullptr)},
         {"key", e.key},
         {"windows", e.windows},
-        {"scored_windows", e.scored}};
+        {"scored_windows", e.scored},
+        {"warmup_restarts", e.warmup_restarts}};
     if (!untraced_.empty()) j["untraced_windows"] = e.untraced;
     if (e.learned) {
       j["baseline"] = fmt::format("warm-up ({} windows)", e.learned->windows);
@@ -414,6 +441,7 @@ nlohmann::json WindowAnalyzer::report() const {
                    {"key", entity_key(info)},
                    {"windows", 0},
                    {"scored_windows", 0},
+                   {"warmup_restarts", 0},
                    {"baseline", "none (its calls ended within its setup second)"}});
   }
   return out;

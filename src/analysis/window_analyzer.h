@@ -40,6 +40,13 @@ struct AnalyzerOptions {
   // baseline by this many of the training data's standard deviations: a job that got faster,
   // or one that moved within its own baseline's spread, is nothing to act on.
   double gmm_min_worse_z = 3.0;
+  // Work begins: a window with at least work_min_call_rate calls per second and
+  // work_rate_ratio times the warm-up's median rate starts the warm-up again from itself, and
+  // ends a baseline learned from a warm-up this idle. A real job's first seconds are its
+  // imports and set-up (`import torch` takes seconds); a baseline learned from them would call
+  // the training that follows an anomaly. A busy baseline is never dropped this way.
+  double work_min_call_rate = 50;
+  double work_rate_ratio = 10;
   bool latency = true, throughput = true, gmm = true;
   BaselineOptions baseline;
 };
@@ -118,6 +125,7 @@ class WindowAnalyzer {
     const EntityBaseline* baseline = nullptr;
     bool gave_up = false;  // the warm-up could not give a baseline
     size_t windows = 0, scored = 0, untraced = 0;
+    size_t warmup_restarts = 0;  // work began after an idle start (AnalyzerOptions)
     Episode gmm, throughput;
     std::map<std::string, Episode> latency;
     // The layer most of its calls belong to (by the last window with calls): what a throughput
@@ -127,6 +135,8 @@ class WindowAnalyzer {
 
   std::vector<Anomaly> process(std::vector<Window> windows);
   bool overlaps_untraced(const Window& w) const;
+  // True when `w` is where the work of `e` begins (AnalyzerOptions::work_min_call_rate).
+  bool work_begins(const Entity& e, const Window& w) const;
   void score(Entity& e, const Window& w, std::vector<Anomaly>& out);
   // Counts a hit or a miss; true when this window starts a reportable episode.
   bool step(Episode& ep, bool hit, const Window& w) const;

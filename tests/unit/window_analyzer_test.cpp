@@ -224,6 +224,65 @@ TEST(WindowAnalyzer, AJobThatGetsFasterIsNoAnomaly) {
   EXPECT_FALSE(analyze(calls, nullptr, any_direction).of("gmm").empty());
 }
 
+// A real job's first seconds: imports and set-up, a few slow calls a second (cudaGetDevice,
+// cudaMalloc of the weights), then the training loop.
+std::vector<CallSample> set_up_then_loop(uint32_t pid, double set_up_s, double seconds,
+                                         unsigned seed, const Fault& fault = {}) {
+  std::vector<CallSample> out;
+  const uint64_t t0 = 50 * kS;
+  const auto set_up_ns = static_cast<uint64_t>(set_up_s * 1e9);
+  for (uint64_t t = t0; t < t0 + set_up_ns; t += 300 * kMs) {
+    CallSample c;
+    c.pid = pid;
+    c.name = "cudaMalloc";
+    c.start_ns = t;
+    c.duration_ns = 2 * kMs;
+    c.bytes = 64 << 20;
+    out.push_back(c);
+  }
+  for (CallSample c : loop(pid, seconds, seed, fault)) {
+    c.start_ns += set_up_ns;
+    out.push_back(c);
+  }
+  return out;
+}
+
+TEST(WindowAnalyzer, TheWarmUpStartsAgainWhenTheWorkBegins) {
+  AnalyzerOptions no_restart;
+  no_restart.work_min_call_rate = 1e18;
+  // A set-up longer than the warm-up (a baseline learned from it alone) and one within it.
+  for (double set_up_s : {15.0, 6.0}) {
+    const auto calls = set_up_then_loop(6, set_up_s, 40, 5);
+    const Verdicts r = analyze(calls);
+    EXPECT_TRUE(r.anomalies.empty()) << "set-up " << set_up_s << " s\n" << describe(r);
+    // Learned from the set-up alone, the baseline calls the training an anomaly.
+    if (set_up_s > 11) {
+      EXPECT_FALSE(analyze(calls, nullptr, no_restart).anomalies.empty());
+    }
+
+    WindowAnalyzer a;
+    a.set_session_start(50 * kS);
+    for (const CallSample& c : calls) a.on_call(c);
+    (void)a.finish(calls.back().end_ns() + kS);
+    ASSERT_EQ(a.report().size(), 1u);
+    EXPECT_EQ(a.report()[0]["warmup_restarts"], 1) << a.report().dump();
+    EXPECT_EQ(a.report()[0]["baseline"], "warm-up (10 windows)");
+  }
+  // A fault in the training that follows is still found, and when.
+  const Verdicts r = analyze(set_up_then_loop(6, 15, 40, 5, slower(25, "cudaLaunchKernel", 40)));
+  const auto latency = r.of("latency");
+  ASSERT_EQ(latency.size(), 1u) << describe(r);
+  EXPECT_GE(latency[0].t_s, 15 + 24.0);
+  EXPECT_LE(latency[0].t_s, 15 + 25.01);
+  // A busy job that gets busier is no new start: its baseline stays.
+  WindowAnalyzer busy;
+  busy.set_session_start(50 * kS);
+  const auto steady = loop(8, 40, 3, stall(20, 0.05));  // 20x the steps from 20 s on
+  for (const CallSample& c : steady) busy.on_call(c);
+  (void)busy.finish(steady.back().end_ns() + kS);
+  EXPECT_EQ(busy.report()[0]["warmup_restarts"], 0) << busy.report().dump();
+}
+
 TEST(WindowAnalyzer, ThroughputDropIsAHostStall) {
   const Verdicts r = analyze(loop(4, 40, 11, stall(25, 4)));
   const auto drops = r.of("throughput");
