@@ -10,6 +10,7 @@
 
 #include "analysis/leak_detector.h"
 #include "probes/probe_table.h"
+#include "session/session.h"
 
 namespace eacgm {
 namespace {
@@ -142,7 +143,7 @@ Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string
     if (auto old = prepare(old_sql.c_str(), s); !old) return old.error();
   }
   std::map<std::pair<Layer, std::string_view>, MemoryRole> roles;
-  std::unordered_map<uint32_t, std::pair<int64_t, std::unordered_map<uint64_t, uint64_t>>> memory;
+  std::unordered_map<uint32_t, DeviceMemory> memory;
   int rc;
   while ((rc = sqlite3_step(s.stmt)) == SQLITE_ROW) {
     CallSample c;
@@ -160,23 +161,16 @@ Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string
     auto role = roles.find({c.layer, c.name});
     if (role == roles.end())
       role = roles.emplace(std::pair{c.layer, c.name}, memory_role(c.layer, c.name)).first;
-    auto& [outstanding, live] = memory[c.pid];
+    DeviceMemory& mem = memory[c.pid];
     if (!c.failed && role->second.effect == MemoryEffect::kDeviceAlloc) {
-      const uint64_t ptr = pointer_arg(
-          reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 7)), role->second.pointer_arg);
-      if (auto it = live.find(ptr); it != live.end())
-        outstanding -= static_cast<int64_t>(it->second);
-      live[ptr] = c.bytes;
-      outstanding += static_cast<int64_t>(c.bytes);
+      mem.on_alloc(pointer_arg(reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 7)),
+                               role->second.pointer_arg),
+                   c.bytes);
     } else if (!c.failed && role->second.effect == MemoryEffect::kDeviceFree) {
-      const uint64_t ptr = pointer_arg(
-          reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 7)), role->second.pointer_arg);
-      if (auto it = live.find(ptr); ptr != 0 && it != live.end()) {
-        outstanding -= static_cast<int64_t>(it->second);
-        live.erase(it);
-      }
+      mem.on_free(pointer_arg(reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 7)),
+                              role->second.pointer_arg));
     }
-    c.outstanding_bytes = outstanding;
+    c.outstanding_bytes = mem.outstanding_bytes;
     c.memory_event = !c.failed && (role->second.effect == MemoryEffect::kDeviceAlloc ||
                                    role->second.effect == MemoryEffect::kDeviceFree);
     session->calls.push_back(c);

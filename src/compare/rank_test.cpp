@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
+
+#include "analysis/features.h"
 
 namespace eacgm::compare {
 namespace {
@@ -148,14 +151,7 @@ double poisson_rate_p(uint64_t base_events, double base_seconds, uint64_t candid
 }
 
 double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  const size_t mid = values.size() / 2;
-  std::nth_element(values.begin(), values.begin() + static_cast<ptrdiff_t>(mid), values.end());
-  const double upper = values[mid];
-  if (values.size() % 2 == 1) return upper;
-  const double lower =
-      *std::max_element(values.begin(), values.begin() + static_cast<ptrdiff_t>(mid));
-  return (lower + upper) / 2;
+  return values.empty() ? 0 : eacgm::median(std::move(values));
 }
 
 }  // namespace eacgm::compare

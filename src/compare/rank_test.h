@@ -43,7 +43,7 @@ RankTest mann_whitney(std::span<const double> base, std::span<const double> cand
 double poisson_rate_p(uint64_t base_events, double base_seconds, uint64_t candidate_events,
                       double candidate_seconds);
 
-// The median (mean of the two middle values for an even count); 0 for no values.
+// The median (analysis/features.h), but 0 for no values.
 double median(std::vector<double> values);
 
 }  // namespace eacgm::compare

@@ -82,35 +82,37 @@ void Session::add_call(const CallRecord& call) {
 
   const ProbeSpec& spec = *call.spec;
   switch (spec.memory) {
-    case MemoryEffect::kDeviceAlloc: {
-      DeviceMemory& mem = device_memory[call.pid];
-      const uint64_t size = call.bytes();
-      // A pointer handed out twice means we missed its free (e.g. an API we
-      // do not trace released it): replace rather than double count.
-      if (auto it = mem.live.find(call.raw.out_value); it != mem.live.end()) {
-        mem.outstanding_bytes -= static_cast<int64_t>(it->second);
-      }
-      mem.live[call.raw.out_value] = size;
-      mem.outstanding_bytes += static_cast<int64_t>(size);
-      mem.peak_bytes = std::max(mem.peak_bytes, mem.outstanding_bytes);
+    case MemoryEffect::kDeviceAlloc:
+      device_memory[call.pid].on_alloc(call.raw.out_value, call.bytes());
       break;
-    }
-    case MemoryEffect::kDeviceFree: {
-      const uint64_t ptr = call.raw.word(spec.memory_ptr_slot);
-      if (ptr == 0) break;  // cudaFree(nullptr) is a documented no-op
-      DeviceMemory& mem = device_memory[call.pid];
-      if (auto it = mem.live.find(ptr); it != mem.live.end()) {
-        mem.outstanding_bytes -= static_cast<int64_t>(it->second);
-        mem.live.erase(it);
-      } else {
-        ++mem.unmatched_frees;
-      }
+    case MemoryEffect::kDeviceFree:
+      device_memory[call.pid].on_free(call.raw.word(spec.memory_ptr_slot));
       break;
-    }
     case MemoryEffect::kNone:
     case MemoryEffect::kHostAlloc:
     case MemoryEffect::kHostFree:
       break;
+  }
+}
+
+void DeviceMemory::on_alloc(uint64_t ptr, uint64_t bytes) {
+  // A pointer handed out twice means we missed its free (e.g. an API we do not trace released
+  // it): replace rather than double count.
+  if (auto it = live.find(ptr); it != live.end()) {
+    outstanding_bytes -= static_cast<int64_t>(it->second);
+  }
+  live[ptr] = bytes;
+  outstanding_bytes += static_cast<int64_t>(bytes);
+  peak_bytes = std::max(peak_bytes, outstanding_bytes);
+}
+
+void DeviceMemory::on_free(uint64_t ptr) {
+  if (ptr == 0) return;
+  if (auto it = live.find(ptr); it != live.end()) {
+    outstanding_bytes -= static_cast<int64_t>(it->second);
+    live.erase(it);
+  } else {
+    ++unmatched_frees;
   }
 }
 

@@ -119,11 +119,16 @@ struct CallStats {
 };
 
 // Device memory of one process: allocations matched to frees by pointer.
+// A process's device memory as its traced allocations and frees tell it: the one model the live
+// session and `eacgm analyze` (analysis/session_db.cpp) both keep.
 struct DeviceMemory {
   int64_t outstanding_bytes = 0;
   int64_t peak_bytes = 0;
   uint64_t unmatched_frees = 0;                 // frees of pointers allocated before tracing began
   std::unordered_map<uint64_t, uint64_t> live;  // pointer -> bytes
+
+  void on_alloc(uint64_t ptr, uint64_t bytes);
+  void on_free(uint64_t ptr);  // free(nullptr) is a documented no-op
 };
 
 enum class LayerStatus { kActive, kUnavailable, kDisabled };
