@@ -11,7 +11,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import eacgm_testlib  # noqa: E402
 from eacgm_testlib import (BASIC_SEQUENCE, CUDA_CALLS, REAL_CUDART, SIM_CUDART, EacgmTest,  # noqa: E402
-                           require_root, bpf_links_of, links_left, wait_for_line, EACGM)
+                           require_root, bpf_links_of, links_left, wait_for_child, wait_for_line,
+                           EACGM)
 
 
 def printed_calls(stdout):
@@ -158,7 +159,8 @@ class SimulatedRuntime(EacgmTest):
     def test_ctrl_c_forwards_and_writes_a_complete_session(self):
         out, p = self.start_record([CUDA_CALLS, "--lib", SIM_CUDART, "--sequence", "loop",
                                     "--count", "1000000000"])
-        time.sleep(1.5)
+        wait_for_child(p.pid, "cuda_calls")
+        time.sleep(1.0)  # thousands of loops, traced
         p.send_signal(signal.SIGINT)
         s = self.finish(out, p)
         self.assertEqual(s.returncode, 128 + signal.SIGINT, s.stderr)

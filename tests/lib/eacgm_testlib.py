@@ -197,6 +197,28 @@ def wait_for_line(stream, prefix, timeout=10):
     raise AssertionError(f"no line starting with {prefix!r} within {timeout}s")
 
 
+def wait_for_child(parent, comm, timeout=30):
+    """The pid of a child of `parent` named `comm` (a recorded job once it has exec'd: its
+    probes are in place by then), waiting for it up to `timeout` seconds: a loaded machine may
+    take seconds to load eacgm's programs before the job starts."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            close = stat.rindex(")")
+            if (int(stat[close + 2:].split()[1]) == parent and
+                    stat[stat.index("(") + 1:close] == comm):
+                return int(name)
+        time.sleep(0.02)
+    raise AssertionError(f"no child {comm!r} of {parent} within {timeout}s")
+
+
 def bpf_links_of(pid):
     """Ids of the BPF links process `pid` holds, from its fds' fdinfo."""
     ids = set()
