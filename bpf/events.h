@@ -311,6 +311,8 @@ struct eacgm_py_sample {
   __u32 thread_state;      /* enum eacgm_py_thread_state: what the thread was doing */
   __u32 pad;
   __u64 voluntary_switches; /* task->nvcsw: it changes each time the thread goes to wait */
+  __u64 run_delay_ns; /* task->sched_info.run_delay: time spent waiting for a CPU so far (0
+                         without CONFIG_SCHED_INFO) */
   struct eacgm_py_frame frames[EACGM_PY_MAX_FRAMES]; /* innermost first */
 };
 

@@ -132,6 +132,8 @@ int py_sample(struct bpf_iter__task* ctx) {
                                          : EACGM_PY_SLEEPING;
   e->pad = 0;
   e->voluntary_switches = task->nvcsw;
+  /* A kernel without CONFIG_SCHED_INFO has no sched_info: the program still loads. */
+  e->run_delay_ns = bpf_core_field_exists(task->sched_info) ? task->sched_info.run_delay : 0;
   e->truncated = 0;
   e->nframes = 0;
   struct py_walk w = {.task = task, .layout = l, .frame = frame, .tgid = tgid, .pad = 0};

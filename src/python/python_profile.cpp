@@ -186,6 +186,7 @@ void PythonProfile::forget(uint32_t pid) {
   interpreters_.erase(pid);
   rounds_.erase(pid);
   busy_.erase(pid);
+  starved_.erase(pid);
 }
 
 void PythonProfile::on_code(const PyCodeEvent& event) {
@@ -317,6 +318,13 @@ std::vector<PythonStackChange> PythonProfile::on_sample(const PySampleEvent& eve
     }
     changes.push_back(std::move(change));
   }
+  // Time it waited for a CPU since its previous sample ended by now: a span of its process's
+  // starved time.
+  if (t.last_ns != 0 && event.run_delay_ns > t.run_delay_ns && event.ts_ns > t.last_ns) {
+    const uint64_t queued = std::min(event.run_delay_ns - t.run_delay_ns, event.ts_ns - t.last_ns);
+    add_span(starved_[event.pid], event.ts_ns - queued, event.ts_ns, 0, kMaxStarvedSpans);
+  }
+  t.run_delay_ns = event.run_delay_ns;
   t.last_ns = event.ts_ns;
   if (event.state == PySampleEvent::State::kStopped) {
     // Stopped from outside (job control, a debugger, eacgm's own stop at a library load): its
@@ -404,16 +412,7 @@ void PythonProfile::note_traced_call(uint32_t pid, uint32_t tid, uint64_t start_
   working_threads_.insert({pid, tid});
   // The process's busy spans: one that reaches this call (or comes within the gap) grows into
   // it, and so may the spans before it (an outer call returns after the calls it made).
-  std::deque<std::pair<uint64_t, uint64_t>>& busy = busy_[pid];
-  uint64_t from = start_ns, to = start_ns + duration_ns;
-  while (!busy.empty() && busy.back().second + kBusyGapNs >= from &&
-         busy.back().first <= to + kBusyGapNs) {
-    from = std::min(from, busy.back().first);
-    to = std::max(to, busy.back().second);
-    busy.pop_back();
-  }
-  busy.emplace_back(from, to);
-  if (busy.size() > kMaxBusySpans) busy.pop_front();
+  add_span(busy_[pid], start_ns, start_ns + duration_ns, kBusyGapNs, kMaxBusySpans);
   if (duration_ns < 1'000'000) return;  // too short to explain a stall of 100 ms
   for (HeldCall& h : held_) {
     if (h.call.pid != pid || h.call.tid != tid) continue;
@@ -425,6 +424,45 @@ void PythonProfile::note_traced_call(uint32_t pid, uint32_t tid, uint64_t start_
   if (it == threads_.end() || !it->second.call) return;
   std::vector<std::pair<uint64_t, uint64_t>>& traced = it->second.traced;
   if (traced.size() < 4096) traced.emplace_back(start_ns, start_ns + duration_ns);
+}
+
+void PythonProfile::add_span(Spans& spans, uint64_t from, uint64_t to, uint64_t gap_ns,
+                             size_t max_spans) {
+  // One that reaches this span (or comes within the gap) grows into it, and so may the spans
+  // before it (an outer call returns after the calls it made).
+  while (!spans.empty() && spans.back().second + gap_ns >= from &&
+         spans.back().first <= to + gap_ns) {
+    from = std::min(from, spans.back().first);
+    to = std::max(to, spans.back().second);
+    spans.pop_back();
+  }
+  spans.emplace_back(from, to);
+  if (spans.size() > max_spans) spans.pop_front();
+}
+
+uint64_t PythonProfile::covered_ns(const Spans& spans, uint64_t from, uint64_t to) {
+  uint64_t covered = 0;
+  for (auto [start, end] : spans) {
+    const uint64_t a = std::max(start, from), b = std::min(end, to);
+    if (b > a) covered += b - a;
+  }
+  return covered;
+}
+
+void PythonProfile::MachineWaits::add(uint64_t duration_ns, const std::string& function) {
+  ++count;
+  total_ns += duration_ns;
+  if (duration_ns > longest_ns) {
+    longest_ns = duration_ns;
+    longest_function = function;
+  }
+}
+
+nlohmann::json PythonProfile::MachineWaits::to_json() const {
+  return {{"count", count},
+          {"total_ms", total_ns / 1e6},
+          {"longest_ms", longest_ns / 1e6},
+          {"longest_function", longest_function}};
 }
 
 void PythonProfile::close_call(uint32_t pid, uint32_t tid, const OpenCall& call) {
@@ -462,12 +500,7 @@ void PythonProfile::close_call(uint32_t pid, uint32_t tid, const OpenCall& call)
   // read in, reclaim, a contended mmap lock): the machine's doing, not the code's, seen in
   // healthy jobs at a library's first use. Counted (layers.python.kernel_waits), not reported.
   if (2 * call.in_kernel >= call.samples) {
-    ++kernel_waits_.count;
-    kernel_waits_.total_ns += duration;
-    if (duration > kernel_waits_.longest_ns) {
-      kernel_waits_.longest_ns = duration;
-      kernel_waits_.longest_function = c->key;
-    }
+    kernel_waits_.add(duration, c->key);
     return;
   }
   SlowCall s;
@@ -501,17 +534,21 @@ void PythonProfile::judge_held(uint64_t now_ns, bool final) {
     // Mostly inside its thread's traced calls that returned after the samples that ended it
     // (a driver call whose ioctls broke it into waits): that layer's to judge.
     if (2 * h.inside_ns >= s.duration_ns) return true;
+    // Its process waited for a CPU for most of it, this thread or the one it waited for:
+    // the machine's CPUs were taken. Counted (layers.python.cpu_waits), not reported.
+    if (auto spans = starved_.find(s.pid);
+        spans != starved_.end() &&
+        2 * covered_ns(spans->second, s.start_ns, s.start_ns + s.duration_ns) >= s.duration_ns) {
+      cpu_waits_.add(s.duration_ns, s.function);
+      return true;
+    }
     // Waiting while the process's threads worked in traced calls for most of it: waiting for
     // the work it handed them (PyTorch's backward runs on its autograd threads), which the other
     // layers' detectors judge. Counted (layers.python.waits_for_busy_threads), not reported.
     if (h.waiting) {
       uint64_t busy = 0;
       if (auto spans = busy_.find(s.pid); spans != busy_.end()) {
-        for (auto [start, end] : spans->second) {
-          const uint64_t from = std::max(start, s.start_ns);
-          const uint64_t to = std::min(end, s.start_ns + s.duration_ns);
-          if (to > from) busy += to - from;
-        }
+        busy = covered_ns(spans->second, s.start_ns, s.start_ns + s.duration_ns);
       }
       if (busy > 0 && 2 * busy >= s.duration_ns) {
         ++waits_for_busy_threads_;
@@ -708,11 +745,8 @@ nlohmann::json PythonProfile::figures() const {
   }
   return {{"functions", std::move(functions)},
           {"slow_calls", std::move(slow)},
-          {"kernel_waits",
-           {{"count", kernel_waits_.count},
-            {"total_ms", kernel_waits_.total_ns / 1e6},
-            {"longest_ms", kernel_waits_.longest_ns / 1e6},
-            {"longest_function", kernel_waits_.longest_function}}},
+          {"kernel_waits", kernel_waits_.to_json()},
+          {"cpu_waits", cpu_waits_.to_json()},
           {"waits_for_busy_threads", waits_for_busy_threads_},
           {"startup", std::move(startup)},
           {"samples_rejected", samples_rejected_},

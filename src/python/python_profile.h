@@ -177,8 +177,9 @@ class PythonProfile {
   };
   struct Thread {
     uint64_t last_ns = 0;
-    uint64_t last_round = 0;  // SamplerRounds::count at its last sample
-    uint64_t switches = 0;    // voluntary context switches at the last sample
+    uint64_t last_round = 0;    // SamplerRounds::count at its last sample
+    uint64_t switches = 0;      // voluntary context switches at the last sample
+    uint64_t run_delay_ns = 0;  // the scheduler's run_delay at the last sample
     std::optional<OpenCall> call;
     // Traced calls of 1 ms or more since the open call began, (start, end): how much of a long
     // innermost call was spent waiting in them.
@@ -243,22 +244,36 @@ class PythonProfile {
   };
   std::vector<HeldCall> held_;
   void judge_held(uint64_t now_ns, bool final);
-  // Long calls spent mostly waiting uninterruptibly in the kernel (see close_call).
-  struct KernelWaits {
+  // Long calls that were the machine's doing, counted rather than reported.
+  struct MachineWaits {
     uint64_t count = 0;
     uint64_t total_ns = 0;
     uint64_t longest_ns = 0;
     std::string longest_function;
+    void add(uint64_t duration_ns, const std::string& function);
+    nlohmann::json to_json() const;
   };
-  KernelWaits kernel_waits_;
-  // Spans in which some thread of a process made traced calls, gaps under kBusyGapNs bridged
-  // (the last kMaxBusySpans, by pid): a thread that waits while others of its process work in
-  // traced calls waits for what it handed them (PyTorch's backward runs on its autograd
-  // threads while the calling thread waits).
+  MachineWaits kernel_waits_;  // mostly waiting uninterruptibly in the kernel (see close_call)
+  MachineWaits cpu_waits_;     // mostly while its process waited for a CPU (see judge_held)
+  // Time spans of one process, gaps under `gap_ns` bridged, the last `max_spans`.
+  using Spans = std::deque<std::pair<uint64_t, uint64_t>>;
   static constexpr uint64_t kBusyGapNs = 10'000'000;
+  static void add_span(Spans& spans, uint64_t from, uint64_t to, uint64_t gap_ns, size_t max_spans);
+  static uint64_t covered_ns(const Spans& spans, uint64_t from, uint64_t to);
+  // When some thread of a process made traced calls: a thread that waits while others of its
+  // process work in traced calls waits for what it handed them (PyTorch's backward runs on its
+  // autograd threads while the calling thread waits).
+  std::map<uint32_t, Spans> busy_;
   static constexpr size_t kMaxBusySpans = 4096;
-  std::map<uint32_t, std::deque<std::pair<uint64_t, uint64_t>>> busy_;
   uint64_t waits_for_busy_threads_ = 0;
+  // When some thread of a process was runnable but waiting for a CPU (the scheduler's
+  // run_delay grew between its samples): on a machine whose CPUs are taken (a DataLoader's
+  // workers, another job, a build), a call that runs or holds the GIL takes longer for want of
+  // a CPU, and a thread that waits for it waits longer too. That is the machine's doing.
+  // Unbridged (samples are 10 ms apart: a thread queued 2 ms of every 10 is mostly running),
+  // and enough of them for the hold_ns a slow call waits before it is judged.
+  std::map<uint32_t, Spans> starved_;
+  static constexpr size_t kMaxStarvedSpans = 16384;
   struct SlowCallSummary {
     uint64_t occurrences = 0;
     uint64_t total_ns = 0;

@@ -33,7 +33,7 @@ static_assert(offsetof(eacgm_mmap, op) == 72);
 static_assert(sizeof(eacgm_ioctl) == 24 + 4 * 8 + 2 * 4);
 static_assert(offsetof(eacgm_ioctl, fd) == 56);
 static_assert(sizeof(eacgm_py_frame) == 16);
-static_assert(sizeof(eacgm_py_sample) == 24 + 16 + 8 + EACGM_PY_MAX_FRAMES * 16);
+static_assert(sizeof(eacgm_py_sample) == 24 + 16 + 8 + 8 + EACGM_PY_MAX_FRAMES * 16);
 static_assert(offsetof(eacgm_py_code, name) == 40);
 static_assert(sizeof(eacgm_py_code) ==
               40 + EACGM_PY_NAME_LEN + EACGM_PY_FILE_LEN + EACGM_PY_LINETABLE_LEN);
@@ -268,6 +268,7 @@ Result<Event> decode_py_sample(std::span<const std::byte> data) {
   }
   e.truncated = raw->truncated != 0;
   e.voluntary_switches = raw->voluntary_switches;
+  e.run_delay_ns = raw->run_delay_ns;
   const uint32_t n = std::min<uint32_t>(raw->nframes, EACGM_PY_MAX_FRAMES);
   e.frames.reserve(n);
   for (uint32_t i = 0; i < n; ++i) e.frames.push_back({raw->frames[i].code, raw->frames[i].instr});

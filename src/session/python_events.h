@@ -26,6 +26,7 @@ struct PySampleEvent {
   bool on_cpu() const { return state == State::kRunning; }
   bool truncated = false;           // deeper than the frames kept
   uint64_t voluntary_switches = 0;  // the thread's count of waits begun (task nvcsw)
+  uint64_t run_delay_ns = 0;        // its time spent runnable, waiting for a CPU, so far
   std::vector<PyFrameRef> frames;   // innermost first
 };
 

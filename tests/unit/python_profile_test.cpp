@@ -141,6 +141,46 @@ TEST(PythonProfile, AStallInTheKernelIsCountedNotReported) {
   EXPECT_EQ(waits["longest_function"], "train.py:Trainer.load_batch");
 }
 
+PySampleEvent queued_for(PySampleEvent e, uint64_t run_delay_ns) {
+  e.run_delay_ns = run_delay_ns;
+  return e;
+}
+
+TEST(PythonProfile, AStallForWantOfACpuIsCountedNotReported) {
+  // 300 ms in one function on a machine whose CPUs are taken, in three cases: running but
+  // queued for a CPU 2 ms of every 10 (its own doing: reported), queued 7 of every 10 (the
+  // machine's: counted), and waiting, 0 % on CPU, while another thread of its process, holding
+  // what it waits for (the GIL), was queued 7 of every 10 (the machine's too).
+  struct Case {
+    uint64_t queued_per_period;
+    bool on_cpu;
+    bool reported;
+  };
+  for (Case c :
+       {Case{2'000'000, true, true}, Case{7'000'000, true, false}, Case{7'000'000, false, false}}) {
+    PythonProfile p = make_profile();
+    Session s = session_with(kPid);
+    const uint32_t other = kPid + 1;
+    uint64_t t = 1'000'000'000, delay = 0;
+    for (int i = 0; i < 30; ++i, t += kPeriod, delay += c.queued_per_period) {
+      if (c.on_cpu) {
+        p.on_sample(queued_for(sample(t, {kStall, kTrain, kMain}, kPid, true), delay));
+      } else {
+        p.on_sample(sample(t, {kStall, kTrain, kMain}));
+        p.on_sample(queued_for(sample(t, {kStep}, other, true), delay));
+      }
+    }
+    p.on_sample(sample(t, {kStep, kTrain, kMain}));
+    const auto found = p.take_anomalies(s, t, true);
+    EXPECT_EQ(found.size(), c.reported ? 1u : 0u) << c.queued_per_period << " " << c.on_cpu;
+    const nlohmann::json waits = p.figures()["cpu_waits"];
+    EXPECT_EQ(waits["count"], c.reported ? 0 : 1) << waits.dump();
+    if (!c.reported) {
+      EXPECT_EQ(waits["longest_function"], "train.py:Trainer.load_batch");
+    }
+  }
+}
+
 TEST(PythonProfile, AThreadStoppedFromOutsideIsNotStalledNorCharged) {
   PythonProfile p = make_profile();
   Session s = session_with(kPid);
