@@ -296,7 +296,11 @@ def job_command(paths, sc, seconds=None):
         args, fault_flag = REAL[sc.get("workload", "cnn2")]
         cmd = ["/usr/bin/python3.11", os.path.join(WORKLOADS, args[0]), *args[1:]]
         if seconds is not None and args[0] == "train_cnn.py":
-            cmd += ["--seconds", str(seconds)]  # a longer healthy run: epochs until then
+            # A longer healthy run: epochs until then, each as a real job's, with a validation
+            # pass and a checkpoint after its training steps.
+            cmd += ["--seconds", str(seconds), "--batches", "150", "--eval-batches", "40",
+                    "--checkpoint", os.path.join(tempfile.gettempdir(),
+                                                 f"detect_eval_{os.getpid()}.ckpt")]
         if fault == "real_slow":
             cmd += ["--late-rank", "1"] if fault_flag is None else ["--fault", fault_flag]
         layers = "torch,python,os"

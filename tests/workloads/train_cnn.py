@@ -21,6 +21,11 @@ A change, unlike a fault, lasts the whole run (every step), as an upgrade's woul
                        11x11 kernel initialised afresh), pooling and ReLU, forward and backward,
                        took other times too, their work depending on the data.
 
+Phases a real job has beside its training steps, healthy, each epoch:
+
+  --eval-batches N     a validation pass of N batches (model.eval(), no gradients)
+  --checkpoint PATH    the model's and the optimizer's state saved to PATH (torch.save)
+
 Prints one line `pid=<main pid>` first, so a test can tell the main process from its workers,
 and `fault_start_ns=<CLOCK_MONOTONIC ns> pid=<pid>` as an injected fault begins."""
 import argparse
@@ -113,6 +118,9 @@ def main():
     p.add_argument("--fault", default="none",
                    choices=["none", "slow_main", "slow_worker", "blocking_read"])
     p.add_argument("--change", default="none", choices=["none", "slow_op"])
+    p.add_argument("--eval-batches", type=int, default=0,
+                   help="a validation pass of this many batches after each epoch")
+    p.add_argument("--checkpoint", help="save the model and optimizer here after each epoch")
     args = p.parse_args()
     print(f"pid={os.getpid()}", flush=True)
     torch.manual_seed(0)
@@ -128,6 +136,11 @@ def main():
     rezero = pad_kernels(model, SLOW_KERNELS) if args.change == "slow_op" else None
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     loss_fn = nn.CrossEntropyLoss()
+    # Validation samples come after the training ones: other data, the same workers' setting.
+    validation = DataLoader(SyntheticImages(args.batches * batch + args.eval_batches * batch, -1),
+                            sampler=range(args.batches * batch,
+                                          args.batches * batch + args.eval_batches * batch),
+                            **loader_args) if args.eval_batches else None
     step = 0
     started = time.monotonic()
     epoch = 0
@@ -145,6 +158,16 @@ def main():
                 slow_checkpoint()
             if step == FAULT_STEP and args.fault == "blocking_read":
                 blocking_read()
+        if validation:
+            model.eval()
+            correct = 0
+            with torch.no_grad():
+                for x, y in validation:
+                    correct += (model(x).argmax(1) == y).sum().item()
+            model.train()
+        if args.checkpoint:
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                        "epoch": epoch}, args.checkpoint)
     print(f"steps={step} loss={loss.item():.4f}", flush=True)
 
 
