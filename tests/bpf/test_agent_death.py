@@ -10,7 +10,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from eacgm_testlib import EACGM, EacgmTest, main, require_root  # noqa: E402
+from eacgm_testlib import EACGM, EacgmTest, main, processes, require_root  # noqa: E402
 
 # Runs /bin/true in a loop, counting, until the stop file exists.
 JOB = r"""
@@ -32,26 +32,15 @@ GUARDIAN_BOUND_S = 60
 
 def descendants(root):
     """pid -> state of `root` and every process below it."""
-    parents, states = {}, {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        parents[int(name)] = int(fields[1])
-        states[int(name)] = fields[0]
+    procs = processes()
     tree, grew = {root}, True
     while grew:
         grew = False
-        for pid, ppid in parents.items():
+        for pid, (_, _, ppid) in procs.items():
             if ppid in tree and pid not in tree:
                 tree.add(pid)
                 grew = True
-    return {pid: states[pid] for pid in tree if pid in states}
+    return {pid: procs[pid][1] for pid in tree if pid in procs}
 
 
 def job_pid(agent_pid, marker):

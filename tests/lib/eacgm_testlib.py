@@ -197,24 +197,32 @@ def wait_for_line(stream, prefix, timeout=10):
     raise AssertionError(f"no line starting with {prefix!r} within {timeout}s")
 
 
+def processes():
+    """pid -> (comm, state, ppid) of every process now, from /proc/PID/stat."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        close = stat.rindex(")")
+        fields = stat[close + 2:].split()
+        out[int(name)] = (stat[stat.index("(") + 1:close], fields[0], int(fields[1]))
+    return out
+
+
 def wait_for_child(parent, comm, timeout=30):
     """The pid of a child of `parent` named `comm` (a recorded job once it has exec'd: its
     probes are in place by then), waiting for it up to `timeout` seconds: a loaded machine may
     take seconds to load eacgm's programs before the job starts."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            close = stat.rindex(")")
-            if (int(stat[close + 2:].split()[1]) == parent and
-                    stat[stat.index("(") + 1:close] == comm):
-                return int(name)
+        for pid, (name, _, ppid) in processes().items():
+            if ppid == parent and name == comm:
+                return pid
         time.sleep(0.02)
     raise AssertionError(f"no child {comm!r} of {parent} within {timeout}s")
 
