@@ -627,6 +627,7 @@ void Recorder::tick(uint64_t now_ns, bool final) {
   // Windows close a second at a time; the detectors learn each worker's warm-up, then score.
   analysis_.set_session_start(session_.start_ns);
   for (Anomaly& a : final ? analysis_.finish(now_ns) : analysis_.advance(now_ns)) {
+    note_cpu_waits(a);
     report(std::move(a));
   }
   if (final) session_.window_workers = analysis_.report();
@@ -646,6 +647,29 @@ void Recorder::tick(uint64_t now_ns, bool final) {
   for (const CollectiveTracker::HangResolution& r : collectives_.take_resolutions()) {
     resolve_hang(r);
   }
+}
+
+void Recorder::note_cpu_waits(Anomaly& anomaly) const {
+  const auto window = anomaly.evidence.find("window_s");
+  if (!layers_.contains(Layer::kPython) || !anomaly.pid || window == anomaly.evidence.end() ||
+      !window->is_array() || window->size() != 2) {
+    return;
+  }
+  auto ns = [this](const nlohmann::json& s) {
+    return session_.start_ns + static_cast<uint64_t>(std::max(0.0, s.get<double>()) * 1e9);
+  };
+  const std::optional<double> share =
+      python_.cpu_wait_share(*anomaly.pid, ns((*window)[0]), ns((*window)[1]));
+  // A quarter: a thread here and there waits a little for a CPU on any machine.
+  if (!share || *share < 0.25) return;
+  anomaly.evidence["cpu_wait_share"] = *share;
+  anomaly.message += fmt::format(
+      "; its threads waited for a CPU {:.0f} % of that time: the machine's CPUs were taken",
+      100 * *share);
+  anomaly.suggestion =
+      "see what else ran on the machine's CPUs then (other jobs, more DataLoader "
+      "workers than CPUs) before the code; then: " +
+      anomaly.suggestion;
 }
 
 void Recorder::resolve_hang(const CollectiveTracker::HangResolution& resolution) {

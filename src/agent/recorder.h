@@ -125,6 +125,9 @@ class Recorder {
   void lose_flight_recorder(const std::string& relative, std::string error);
   // A hang reported earlier moved after all: its anomaly says so.
   void resolve_hang(const CollectiveTracker::HangResolution& resolution);
+  // A window anomaly of a process whose threads waited for a CPU for much of it says so: the
+  // machine's CPUs were taken, which is where to look first (PythonProfile::cpu_wait_share).
+  void note_cpu_waits(Anomaly& anomaly) const;
   void report(Anomaly anomaly);
   void refresh_identity(uint32_t pid);
   void warn(std::string message);

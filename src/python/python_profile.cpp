@@ -449,6 +449,15 @@ uint64_t PythonProfile::covered_ns(const Spans& spans, uint64_t from, uint64_t t
   return covered;
 }
 
+std::optional<double> PythonProfile::cpu_wait_share(uint32_t pid, uint64_t from_ns,
+                                                    uint64_t to_ns) const {
+  if (!rounds_.contains(pid) || to_ns <= from_ns) return std::nullopt;
+  const auto spans = starved_.find(pid);
+  if (spans == starved_.end()) return 0.0;
+  return static_cast<double>(covered_ns(spans->second, from_ns, to_ns)) /
+         static_cast<double>(to_ns - from_ns);
+}
+
 void PythonProfile::MachineWaits::add(uint64_t duration_ns, const std::string& function) {
   ++count;
   total_ns += duration_ns;

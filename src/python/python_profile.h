@@ -142,6 +142,9 @@ class PythonProfile {
   // Slow calls found since the last take (`session` says which processes supervise traced
   // children). `final` closes calls still open.
   std::vector<Anomaly> take_anomalies(const Session& session, uint64_t now_ns, bool final);
+  // The share of [from_ns, to_ns) in which some sampled thread of `pid` waited for a CPU (see
+  // starved_); none when the sampler has not visited `pid`.
+  std::optional<double> cpu_wait_share(uint32_t pid, uint64_t from_ns, uint64_t to_ns) const;
   // USDT call counts (tracer), by the probe's string pointers.
   void add_call_count(uint32_t pid, uint64_t file_ptr, uint64_t name_ptr, uint64_t count);
 

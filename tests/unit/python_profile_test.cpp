@@ -181,6 +181,22 @@ TEST(PythonProfile, AStallForWantOfACpuIsCountedNotReported) {
   }
 }
 
+TEST(PythonProfile, TheShareOfTimeAProcessWaitedForACpu) {
+  PythonProfile p = make_profile();
+  EXPECT_EQ(p.cpu_wait_share(kPid, 0, kS), std::nullopt);  // never sampled
+  uint64_t t = 1'000'000'000, delay = 0;
+  // One second queued 6 ms of every 10, then one second queued not at all.
+  for (int i = 0; i < 100; ++i, t += kPeriod, delay += 6'000'000) {
+    p.on_sample(queued_for(sample(t, {kStep, kTrain, kMain}, kPid, true), delay));
+  }
+  for (int i = 0; i < 100; ++i, t += kPeriod) {
+    p.on_sample(queued_for(sample(t, {kStep, kTrain, kMain}, kPid, true), delay));
+  }
+  EXPECT_NEAR(*p.cpu_wait_share(kPid, 1'010'000'000, 2'000'000'000), 0.6, 0.01);
+  EXPECT_DOUBLE_EQ(*p.cpu_wait_share(kPid, 2'010'000'000, 3'000'000'000), 0.0);
+  EXPECT_EQ(p.cpu_wait_share(kPid + 7, 0, 3 * kS), std::nullopt);
+}
+
 TEST(PythonProfile, AThreadStoppedFromOutsideIsNotStalledNorCharged) {
   PythonProfile p = make_profile();
   Session s = session_with(kPid);
