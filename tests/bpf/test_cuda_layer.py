@@ -175,6 +175,9 @@ class SimulatedRuntime(EacgmTest):
         ignore = ("import signal,time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
                   "time.sleep(60)")
         out, p = self.start_record(["/usr/bin/python3.11", "-c", ignore])
+        # Once the job runs (a loaded machine may take seconds to get there), and once it has
+        # had time to ignore SIGINT.
+        wait_for_child(p.pid, "python3.11")
         time.sleep(1.0)
         p.send_signal(signal.SIGINT)
         time.sleep(0.5)
