@@ -51,6 +51,18 @@ sigset_t loop_signals() {
   return set;
 }
 
+// Gives back the signal mask `old` once the loop is over. A signal of loop_signals() that came
+// during the teardown (a second Ctrl-C while the session is written, the job's SIGCHLD) was
+// for the loop: taken here, it cannot end eacgm by its default action after the session is
+// written and turn the exit code the caller relies on into a death by signal.
+void restore_signal_mask(const sigset_t& old) {
+  const sigset_t loop = loop_signals();
+  const timespec now{};
+  while (sigtimedwait(&loop, nullptr, &now) > 0) {
+  }
+  sigprocmask(SIG_SETMASK, &old, nullptr);
+}
+
 // Everything record and attach share: the session, its sinks and the tracer.
 class TraceRun {
  public:
@@ -422,7 +434,7 @@ int run_record(const TraceOptions& options, const std::vector<std::string>& comm
            });
   if (status) run.session().exit_code = exit_code_of(*status);
   const bool written = run.finish();
-  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  restore_signal_mask(old_mask);
   if (!status) return 130;
   // The job's exit code is the contract: scripts wrap jobs in `eacgm record`. When the job
   // succeeded but its session lost output, a 0 would hide the loss: kExitOutputLost instead.
@@ -461,7 +473,7 @@ int run_attach(const TraceOptions& options, int pid, std::optional<double> durat
         return true;  // attach never signals the target: stop tracing, leave it running
       });
   const bool ok = run.finish();
-  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  restore_signal_mask(old_mask);
   return ok ? kExitOk : kExitOutputLost;
 }
 
