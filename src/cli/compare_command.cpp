@@ -23,6 +23,7 @@ struct CompareArgs {
   std::vector<std::string> sessions;  // before any "--"
   double window_s = 0;                // 0: chosen from the runs' lengths
   uint64_t min_calls = compare::Thresholds{}.min_calls;
+  double min_time_cost_pct = 100 * compare::Thresholds{}.min_call_time_cost;
   bool json = false;
   bool all = false;
   std::string html;  // -o: also the comparison as a page
@@ -74,6 +75,7 @@ int run_compare(const CompareArgs& args, const std::vector<std::string>& after, 
   }
   compare::Thresholds thresholds;
   thresholds.min_calls = args.min_calls;
+  thresholds.min_call_time_cost = args.min_time_cost_pct / 100;
   const compare::Comparison result = compare::compare_runs(
       base_data, candidate_data, static_cast<double>(window_ns) / 1e9, thresholds);
   if (!args.html.empty()) {
@@ -117,6 +119,11 @@ void add_compare_command(CLI::App& app, std::function<int()>& run,
                   "be judged")
       ->capture_default_str()
       ->check(bounded(1, 1e12, "calls"));
+  cmd->add_option("--min-time-cost", args->min_time_cost_pct,
+                  "percent of a process's time that a change of a latency or self time must "
+                  "cost or save to be reported (0 reports every significant one)")
+      ->capture_default_str()
+      ->check(bounded(0, 100, "percent"));
   cmd->callback([args, &run, &after_separator, &separator] {
     run = [args, &after_separator, &separator] {
       return guarded([&] { return run_compare(*args, after_separator, separator); });

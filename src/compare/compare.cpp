@@ -291,7 +291,10 @@ Verdict decide(const Evidence& e, const Thresholds& t) {
   const bool same_way = up ? e.delta > 0 : e.delta < 0;
   const bool large = big_ratio && std::fabs(e.delta) >= t.min_delta && same_way;
   if (e.p >= t.alpha || !large || !e.runs_agree) return Verdict::kUnchanged;
-  if (e.info.judged_by_cost && !(std::fabs(e.cost) >= t.min_cost)) return Verdict::kUnchanged;
+  const double floor = e.info.cost_floor == CostFloor::kLateness   ? t.min_cost
+                       : e.info.cost_floor == CostFloor::kCallTime ? t.min_call_time_cost
+                                                                   : 0;
+  if (floor > 0 && !(std::fabs(e.cost) >= floor)) return Verdict::kUnchanged;
   return up == e.info.higher_is_worse ? Verdict::kRegression : Verdict::kImprovement;
 }
 
@@ -383,7 +386,7 @@ Comparison compare_runs(const std::vector<RunData>& base, const std::vector<RunD
     change.exact = test.exact;
     Evidence e{test.p, test.delta, change.ratio, b.count, c.count, info, agree};
     e.best_p = best_p;
-    if (info.judged_by_cost) {
+    if (info.cost_floor != CostFloor::kNone) {
       e.cost = time_share(change, side_calls(candidate, key)).value_or(0);
     }
     change.verdict = decide(e, thresholds);

@@ -30,6 +30,9 @@ struct Thresholds {
   // Metrics judged by cost (collective lateness): the change must cost or save at least this
   // share of the job's time (here: of the time the other ranks wait, per second).
   double min_cost = 0.01;
+  // Latency, self time and launch latency: the change costs or saves at least this share of the
+  // process role's time (0.2 %: 2 ms a second), its difference of medians times its calls a second.
+  double min_call_time_cost = 0.002;
   // Outcomes (runs that ended abnormally) are judged only with at least this many runs a side: a
   // rate of one or two runs is no rate.
   uint64_t min_outcome_runs = 3;
@@ -54,7 +57,7 @@ struct Evidence {
   // rank test: 2 / C(n1 + n2, n1)). At or above alpha no outcome could be significant: too few
   // samples (runs, for per-run values) to judge, which "unchanged" would misstate.
   double best_p = 0;
-  // For metrics judged by cost: what the change costs, in seconds per second of the job.
+  // For metrics with a cost floor: what the change costs, in seconds per second of the job.
   double cost = 0;
 };
 

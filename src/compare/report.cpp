@@ -136,6 +136,7 @@ ordered_json report_json(const Comparison& c, const Thresholds& t, bool all) {
                        {"min_calls", t.min_calls},
                        {"min_events", t.min_events},
                        {"min_cost", t.min_cost},
+                       {"min_call_time_cost", t.min_call_time_cost},
                        {"min_outcome_runs", t.min_outcome_runs}};
   return out;
 }

@@ -555,14 +555,15 @@ MetricInfo metric_info(std::string_view metric) {
   if (metric == kGpuClock) return {"MHz", false, Sampling::kWindows, true};
   if (metric == kEventRate || metric == kAnomalyRate) return {"/s", true, Sampling::kEvents, false};
   if (metric == kBandwidth) return {"GB/s", false, Sampling::kWindows, true};
-  if (metric == kLateness) return {"ns", true, Sampling::kWindows, true, true};
+  if (metric == kLateness) return {"ns", true, Sampling::kWindows, true, CostFloor::kLateness};
   // A function absent from a run's samples had 0 % of them: judged when either side has samples.
   if (metric == kPythonShare) return {"%", true, Sampling::kRuns, false};
   if (metric == kMemoryAtEnd) return {"bytes", true, Sampling::kRuns, false};
   if (metric == kMmapBytesRate) return {"bytes/s", true, Sampling::kRuns, false};
   if (metric == kIoctlLatency) return {"ns", true, Sampling::kRuns, true};
   if (metric == kAbnormalRuns) return {"%", true, Sampling::kOutcomes, false};
-  return {"ns", true, Sampling::kWindows, true};  // latency, self time, launch latency
+  // Latency, self time, launch latency.
+  return {"ns", true, Sampling::kWindows, true, CostFloor::kCallTime};
 }
 
 std::vector<CollectiveArrival> collective_arrivals(const std::vector<CollectiveEntry>& entries) {

@@ -39,16 +39,23 @@ struct MetricKey {
 // - kOutcomes: one yes (100) or no (0) per run, stored as kRuns is, compared with Fisher's exact
 //   test: the share of runs with that outcome.
 enum class Sampling { kWindows, kEvents, kRuns, kOutcomes };
+// Which time metrics must also be worth a look (compare.h's Thresholds say how much):
+// - kCallTime: an API's, operator's or kernel's latency, self time or launch latency. Between two
+//   runs a busier machine moves every latency; an API that costs the job almost nothing can move
+//   20 % that way, consistently across the windows of a run, and so pass the rank test. A change
+//   that costs that little is not worth a rollout's attention either.
+// - kLateness: collective lateness, where one rank turning late makes the ranks that wait for it
+//   read as "less late" by a few microseconds of jitter, which is no change of theirs.
+enum class CostFloor { kNone, kCallTime, kLateness };
 struct MetricInfo {
   std::string_view unit;  // "ns", "/s", "bytes", "%", "W", "C", "MHz", "GB/s", "bytes/s"
   bool higher_is_worse = true;
   Sampling sampling = Sampling::kWindows;
   // Latency-like metrics need calls on both sides; a rate is judged when either side has them.
   bool needs_both = true;
-  // Judged only when the change costs (or saves) at least Thresholds::min_cost of the job's time:
-  // collective lateness, where one rank turning late makes the ranks that wait for it read as
-  // "less late" by a few microseconds of jitter, which is no change of theirs.
-  bool judged_by_cost = false;
+  // Which floor of what the change costs (or saves) of the job's time it must reach to count
+  // (Thresholds::min_cost, min_call_time_cost); kNone: changes that are not time.
+  CostFloor cost_floor = CostFloor::kNone;
 };
 MetricInfo metric_info(std::string_view metric);
 

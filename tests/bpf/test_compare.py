@@ -1,8 +1,8 @@
 """bpf: `eacgm compare` on real recordings of one simulated training job, recorded several times
 healthy and with an injected change, with exact verdicts both ways: two healthy runs (or sets of
-runs) report no regression and exit 0; an API made 1.5x slower (the simulated runtime's own latency
-rule) is reported, alone, with its ratio and confidence, and exit 1; the reverse order reports an
-improvement; a device memory leak shows as device memory growth; bad input is exit 2 with a
+runs) report no regression and exit 0; an API made 17 us slower a call (the simulated runtime's
+own latency rule) is reported, alone, with its ratio and confidence, and exit 1; the reverse order
+reports an improvement; a device memory leak shows as device memory growth; bad input is exit 2 with a
 one-line message. The recordings are short (about 1.3 s each) and shared by every test.
 NcclLateness: a two-rank NCCL job (simnccl_job) whose rank 1 turns up 2 ms late at every collective
 is reported as rank 1's collective lateness, never rank 0's; two healthy runs report nothing
@@ -22,8 +22,13 @@ OS_EVENTS = os.environ.get("OS_EVENTS_BIN", "build/tests/os_events")
 
 # 400 steps of about 3 ms (2 ms of host work each): ~1.3 s, twenty 60-ms windows per run.
 JOB = ["--ranks", "2", "--steps", "400", "--step-us", "2000"]
-# cudaLaunchKernel's default latency in the simulated runtime is 3 us: 1.5x slower.
-SLOW_LAUNCH = "latency cudaLaunchKernel 4500ns"
+# cudaLaunchKernel's default latency in the simulated runtime is 3 us: 17 us more per launch, so
+# that each kernel's launches (one a step, about 300 a second) cost half a percent of the job's
+# time more, well above compare's floor for a latency change that matters (0.2 %).
+SLOW_LAUNCH = "latency cudaLaunchKernel 20000ns"
+# Measured latency includes the probes' own cost (about 1.5 us here), so 3 -> 20 us reads as about
+# 4.5x (4.3-4.6 here); a range keeps the test about the verdict, not the host.
+SLOW_RATIOS = (3.0, 6.5)
 # The kernels simtrain registers and launches once per step each (tests/fixtures/simgpu/README.md).
 KERNELS = ("embedding_fwd(int*)", "gemm_fwd(int*)", "softmax_fwd(int*)", "gemm_bwd(int*)",
            "adam_step(int*)")
@@ -105,14 +110,12 @@ class Compare(unittest.TestCase):
         self.assertRegex(proc.stdout, r"\d+ unchanged")
 
     def test_slower_api_is_the_one_regression(self):
-        # Measured latency includes the probes' own cost (about 1 us here), so 3 -> 4.5 us reads
-        # as about 1.4x; a range keeps the test about the verdict, not the host.
         report = self.compare(*self.healthy[:2], "--", *self.slow, expect=1)
-        self.assertOnlyLaunchLatency(report["regressions"], 1.2, 1.7)
+        self.assertOnlyLaunchLatency(report["regressions"], *SLOW_RATIOS)
         self.assertEqual(report["improvements"], [])
         # One run a side is enough for a change this clear.
         report = self.compare(self.healthy[2], self.slow[0], expect=1)
-        self.assertOnlyLaunchLatency(report["regressions"], 1.2, 1.7)
+        self.assertOnlyLaunchLatency(report["regressions"], *SLOW_RATIOS)
         proc = eacgm("compare", self.healthy[2], self.slow[0])
         self.assertEqual(proc.returncode, 1)
         first = proc.stdout.splitlines()[1:3]
@@ -124,7 +127,7 @@ class Compare(unittest.TestCase):
     def test_reverse_order_is_an_improvement(self):
         report = self.compare(*self.slow, "--", *self.healthy[:2], expect=0)
         self.assertEqual(report["regressions"], [])
-        self.assertOnlyLaunchLatency(report["improvements"], 1 / 1.7, 1 / 1.2)
+        self.assertOnlyLaunchLatency(report["improvements"], 1 / SLOW_RATIOS[1], 1 / SLOW_RATIOS[0])
 
     def test_leak_shows_as_device_memory_growth(self):
         report = self.compare(self.healthy[0], self.leak, expect=1)
@@ -164,6 +167,10 @@ class Compare(unittest.TestCase):
         assertBad([a, b, "--"], "no candidate session after '--'")
         assertBad(["--", a], "no base session before '--'")
         assertBad([a], "needs two sessions")
+        for cost in ("-1", "101", "x"):
+            proc = eacgm("compare", "--min-time-cost", cost, a, b)
+            self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
+            self.assertTrue(proc.stderr.startswith("eacgm: error: --min-time-cost"), proc.stderr)
         # A job that made no call of the traced layers: nothing to compare.
         quiet = os.path.join(tmp, "quiet")
         proc = subprocess.run([EACGM, "record", "-q", "-o", quiet, "--layers", "cuda", "--",
@@ -341,8 +348,13 @@ SLOWOP_ALLOWED = (
      for op in ("aten::mkldnn_convolution", SLOWOP_BACKWARD)})
 # The ratios measured by this class, ten times on a 2-CPU machine at a load of 4 to 6:
 # mkldnn_convolution self time 1.42-1.70, convolution_backward 1.62-2.13, the forward chain's
-# latency 1.33-1.66. Ranges with room on both sides: the verdict is the test, not the host.
-SLOWOP_RATIOS = {"aten::mkldnn_convolution": (1.3, 2.5), SLOWOP_BACKWARD: (1.4, 3.0)}
+# latency 1.33-1.66. The backward convolution is the change every time: its work grows with the
+# kernel's taps. The forward one's does too, but its per-window median is of two convolutions of
+# different sizes, called once a step each, and which of the two it lands on, and where each lies,
+# moves from run to run by as much as the change (one idle machine: healthy runs' medians from
+# 152 to 181 us, changed runs' from 193 to 231), so some sets of runs do not agree on it; it is
+# allowed, not required. A range with room on both sides: the verdict is the test, not the host.
+SLOWOP_RATIOS = {SLOWOP_BACKWARD: (1.4, 3.0)}
 
 
 class RealWorkloadSlowOp(eacgm_testlib.SharedRecordingsTest):
@@ -392,8 +404,8 @@ class RealWorkloadSlowOp(eacgm_testlib.SharedRecordingsTest):
         return proc.returncode, json.loads(proc.stdout)
 
     def assertOnlyTheConvolution(self, changes, slower):
-        """`changes` are the convolution's, each allowed, with both of the operators where its work
-        is among them at a ratio in range (inverted for an improvement)."""
+        """`changes` are the convolution's, each allowed, with the backward convolution's self time
+        among them at a ratio in range (inverted for an improvement)."""
         dump = json.dumps(changes, indent=1)
         for c in changes:
             self.assertIn((c["layer"], c["what"], c["process"], c["metric"]), SLOWOP_ALLOWED, dump)
@@ -404,7 +416,8 @@ class RealWorkloadSlowOp(eacgm_testlib.SharedRecordingsTest):
             self.assertEqual(c["time_share"] > 0, slower, c)  # costs time, or saves it
             self.assertEqual(c["samples"], "windows", c)
         work = {c["what"]: c for c in changes if c["metric"] == "self time"}
-        self.assertEqual(sorted(work), sorted(SLOWOP_RATIOS), dump)
+        for what in SLOWOP_RATIOS:
+            self.assertIn(what, work, dump)
         for what, (low, high) in SLOWOP_RATIOS.items():
             ratio = work[what]["ratio"] if slower else 1 / work[what]["ratio"]
             self.assertGreaterEqual(ratio, low, work[what])

@@ -95,8 +95,11 @@ TEST(Median, OddEvenEmpty) {
   EXPECT_EQ(median({4, 1, 3, 2}), 2.5);
 }
 
+// A latency change worth a look: it costs 1 % of the job's time.
 Evidence latency_evidence(double p, double delta, double ratio) {
-  return Evidence{p, delta, ratio, 1000, 1000, metric_info(kLatency), true};
+  Evidence e{p, delta, ratio, 1000, 1000, metric_info(kLatency), true};
+  e.cost = 0.01;
+  return e;
 }
 
 TEST(Decide, NeedsSignificanceAndALargeEffectBothWays) {
@@ -117,6 +120,34 @@ TEST(Decide, NeedsSignificanceAndALargeEffectBothWays) {
   Evidence e = latency_evidence(1e-6, 1.0, 1.5);
   e.runs_agree = false;
   EXPECT_EQ(decide(e, t), Verdict::kUnchanged);
+}
+
+TEST(Decide, ALatencyChangeMustCostTheJobSomething) {
+  const Thresholds t;
+  // 1.5x slower, significant, every run agreeing, but 0.03 % of the job's time: what a busier
+  // machine does to a rarely called API between two runs, and no rollout's concern.
+  Evidence e = latency_evidence(1e-6, 1.0, 1.5);
+  e.cost = 0.0003;
+  EXPECT_EQ(decide(e, t), Verdict::kUnchanged);
+  e.cost = -0.0003;
+  e.ratio = 1 / 1.5;
+  e.delta = -1;
+  EXPECT_EQ(decide(e, t), Verdict::kUnchanged);
+  // At the floor, either way, it counts.
+  e.cost = -t.min_call_time_cost;
+  EXPECT_EQ(decide(e, t), Verdict::kImprovement);
+  e = latency_evidence(1e-6, 1.0, 1.5);
+  e.cost = t.min_call_time_cost;
+  EXPECT_EQ(decide(e, t), Verdict::kRegression);
+  // The floor is for time: a share of calls (not moved by a busier machine) has none.
+  Evidence share{1e-6, 1.0, 1.5, 1000, 1000, metric_info(kShare), true};
+  EXPECT_EQ(decide(share, t), Verdict::kRegression);
+  // Nor is it lateness's, which has its own.
+  Evidence late{1e-6, 1.0, 1.5, 1000, 1000, metric_info(kLateness), true};
+  late.cost = 0.005;
+  EXPECT_EQ(decide(late, t), Verdict::kUnchanged);
+  late.cost = t.min_cost;
+  EXPECT_EQ(decide(late, t), Verdict::kRegression);
 }
 
 TEST(Decide, RareApisAndDirections) {
@@ -523,7 +554,7 @@ TEST(RunData, CollectiveLatenessAndNcclBandwidth) {
   EXPECT_EQ(late1.count, 4u);
   EXPECT_EQ(late1.total_ns, 10'600'000u);
   EXPECT_EQ(metric_info(kLateness).unit, "ns");
-  EXPECT_TRUE(metric_info(kLateness).judged_by_cost);
+  EXPECT_EQ(metric_info(kLateness).cost_floor, CostFloor::kLateness);
 
   // Bandwidth per window (by each call's own start): rank 0 {4, 0.5} {4} {1} {8}.
   const RunValues bw0 = values("rank:0", "ncclAllReduce", kBandwidth);
