@@ -431,6 +431,13 @@ void Recorder::attach_mapped_libraries(uint32_t pid) {
   if (!files) return;  // it exited meanwhile; its exit event tells the rest
   if (layers_.contains(Layer::kOs)) check_libraries(pid, *files);
   find_interpreter(pid, *files);
+  std::set<Layer> needed;  // loaded together: each object's verification takes a while
+  for (const MappedFile& file : *files) {
+    const std::optional<Layer> layer = library_layer(file.path);
+    if (file.executable && layer && layers_.contains(*layer)) needed.insert(*layer);
+  }
+  // Before the unwind guard below: it is the torch layer's program, placed once libtorch is.
+  if (auto loaded = tracer_->load_layers(needed); !loaded) warn(loaded.error().message);
   for (const MappedFile& file : *files) {
     if (!file.executable) continue;
     if (layers_.contains(Layer::kTorch) && is_unwinder_library(file.path)) {
@@ -451,12 +458,19 @@ void Recorder::attach_mapped_libraries(uint32_t pid) {
 void Recorder::attach_search_path_libraries(const std::map<std::string, std::string>& env) {
   if (!tracer_) return;
   const std::vector<std::string> dirs = library_search_dirs(env);
+  std::vector<std::pair<Layer, std::string>> found;
+  std::set<Layer> needed;  // loaded together: each object's verification takes a while
   for (const LayerLibrary& lib : layer_libraries()) {
     if (!layers_.contains(lib.layer)) continue;
-    for (const std::string& path : find_library_files(lib.file_prefix, dirs)) {
-      auto attached = tracer_->attach_library(lib.layer, path);
-      if (!attached) warn(attached.error().message);
+    for (std::string& path : find_library_files(lib.file_prefix, dirs)) {
+      found.emplace_back(lib.layer, std::move(path));
+      needed.insert(lib.layer);
     }
+  }
+  if (auto loaded = tracer_->load_layers(needed); !loaded) warn(loaded.error().message);
+  for (const auto& [layer, path] : found) {
+    auto attached = tracer_->attach_library(layer, path);
+    if (!attached) warn(attached.error().message);
   }
 }
 

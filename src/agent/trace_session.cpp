@@ -239,11 +239,19 @@ class TraceRun {
       }
       // Probes on a library of the search path prove nothing: the job may never load it.
       state.loaded_by_job = recorder_.layer_mapped(layer) || !state.calls.empty();
-      if (state.libraries.empty()) {
+      if (const std::optional<std::string> problem = tracer_->layer_problem(layer)) {
+        // Its programs did not load when its first library was to be probed.
         state.status = LayerStatus::kUnavailable;
-        state.reason = fmt::format(
-            "no {} library was found in the traced processes or on their library search path",
-            prefix);
+        state.reason = *problem;
+        state.libraries.clear();
+      } else if (state.libraries.empty()) {
+        state.status = LayerStatus::kUnavailable;
+        state.reason = options_.stop_on_dlopen
+                           ? fmt::format("no traced process loaded {}", prefix)
+                           : fmt::format(
+                                 "no {} library was found in the traced processes or on their "
+                                 "library search path",
+                                 prefix);
       } else if (layer == Layer::kTorch && !state.loaded_by_job) {
         // PyTorch installed on the machine is common; the job using it is what counts.
         state.status = LayerStatus::kUnavailable;
@@ -386,7 +394,12 @@ int run_record(const TraceOptions& options, const std::vector<std::string>& comm
     return fail(kExitUsage, r.error().message);
   }
   run.recorder().watch_process(static_cast<uint32_t>(child), monotonic_ns());
-  run.recorder().attach_search_path_libraries(own_environment());
+  // Without the loader stop a library the job dlopens runs before eacgm could probe it, so the
+  // libraries it could load are probed ahead. With it, each is probed as it is mapped, before
+  // any of its code runs (constructors included): a job pays only for the layers it uses.
+  if (!options.stop_on_dlopen) {
+    run.recorder().attach_search_path_libraries(own_environment());
+  }
   (void)!write(go[1], "g", 1);
   close(go[1]);
 

@@ -94,7 +94,8 @@ void add_trace_options(CLI::App* cmd, eacgm::TraceOptions& opts, std::string& la
   cmd->add_option("--btf", opts.btf_path, "kernel BTF file (default: the running kernel's)");
   cmd->add_flag(
       "--no-stop-on-dlopen", [&opts](int64_t) { opts.stop_on_dlopen = false; },
-      "never pause a target to probe a library it just loaded");
+      "never pause a target to probe a library it just loaded (record probes the libraries "
+      "on the job's search path before it starts instead)");
   cmd->add_flag("-q,--quiet", opts.quiet, "do not print the report");
   cmd->add_flag("-v,--verbose", opts.verbose, "show libbpf's diagnostics");
 }

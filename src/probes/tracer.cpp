@@ -294,6 +294,34 @@ Result<LayerPrograms> load_layer(Layer layer, Skel* (*open)(const bpf_object_ope
   return progs;
 }
 
+// The layers traced through a probe table: a generic entry/return pair per object, attached to
+// the layer's libraries (cuda, nccl, driver; torch's rows made from its library).
+bool is_table_layer(Layer layer) {
+  return layer == Layer::kCuda || layer == Layer::kNccl || layer == Layer::kDriver ||
+         layer == Layer::kTorch;
+}
+
+Result<LayerPrograms> load_table_layer(Layer layer, eacgm_core* core,
+                                       const bpf_object_open_opts* opts, bool multi,
+                                       bool py_attribution, bool may_stop) {
+  switch (layer) {
+    case Layer::kCuda:
+      return load_layer(layer, eacgm_cuda__open_opts, eacgm_cuda__load, eacgm_cuda__destroy, core,
+                        opts, multi, py_attribution, may_stop);
+    case Layer::kNccl:
+      return load_layer(layer, eacgm_nccl__open_opts, eacgm_nccl__load, eacgm_nccl__destroy, core,
+                        opts, multi, py_attribution, may_stop);
+    case Layer::kDriver:
+      return load_layer(layer, eacgm_driver__open_opts, eacgm_driver__load, eacgm_driver__destroy,
+                        core, opts, multi, py_attribution, may_stop);
+    case Layer::kTorch:
+      return load_layer(layer, eacgm_torch__open_opts, eacgm_torch__load, eacgm_torch__destroy,
+                        core, opts, multi, py_attribution, may_stop);
+    default:
+      return Error{fmt::format("layer {} has no probe table", layer_name(layer))};
+  }
+}
+
 // Opens and loads the os layer object; its tracepoints are attached one by
 // one so that a kernel lacking one keeps the rest.
 Result<LayerPrograms> load_os(eacgm_core* core, const bpf_object_open_opts* opts, eacgm_os** out) {
@@ -395,77 +423,44 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
     p.core_links.push_back(link);
   }
 
-  // The other objects on threads of their own: each parses the kernel's BTF again and waits
-  // for the verifier, ~30 ms apiece here, and they depend only on the core's maps. (libbpf keeps
-  // no state across objects but its feature cache, which it reads and writes atomically.)
-  const bool python = options.layers.contains(Layer::kPython);
+  // The python and os objects on threads of their own: each parses the kernel's BTF again and
+  // waits for the verifier, ~30 ms apiece here, and they depend only on the core's maps. (libbpf
+  // keeps no state across objects but its feature cache, which it reads and writes atomically.)
+  // The layers traced through a probe table load when a library of theirs is first probed
+  // (load_layers): a job that never loads libtorch or libcuda does not wait for their programs'
+  // verification, the dearest part of eacgm's start.
+  tracer->btf_path_ = options.btf_path;
+  tracer->py_attribution_ = options.layers.contains(Layer::kPython);
   auto concurrently = [](auto load) {
     return std::async(std::launch::async | std::launch::deferred, load);
   };
   std::optional<std::future<Result<void>>> python_loaded;
-  if (python) {
+  if (tracer->py_attribution_) {
     python_loaded.emplace(concurrently([&] { return tracer->load_python(open_opts); }));
   }
   eacgm_os* os_skel = nullptr;
-  std::vector<std::pair<Layer, std::future<Result<LayerPrograms>>>> loading;
+  std::optional<std::future<Result<LayerPrograms>>> os_loaded;
   for (Layer layer : options.layers) {
-    const bool multi = tracer->multi_, stop = options.stop_on_dlopen;
-    switch (layer) {
-      case Layer::kCuda:
-        loading.emplace_back(layer, concurrently([&, layer, multi, stop] {
-                               return load_layer(layer, eacgm_cuda__open_opts, eacgm_cuda__load,
-                                                 eacgm_cuda__destroy, p.core, &open_opts, multi,
-                                                 python, stop);
-                             }));
-        break;
-      case Layer::kNccl:
-        loading.emplace_back(layer, concurrently([&, layer, multi, stop] {
-                               return load_layer(layer, eacgm_nccl__open_opts, eacgm_nccl__load,
-                                                 eacgm_nccl__destroy, p.core, &open_opts, multi,
-                                                 python, stop);
-                             }));
-        break;
-      case Layer::kDriver:
-        loading.emplace_back(layer, concurrently([&, layer, multi, stop] {
-                               return load_layer(layer, eacgm_driver__open_opts, eacgm_driver__load,
-                                                 eacgm_driver__destroy, p.core, &open_opts, multi,
-                                                 python, stop);
-                             }));
-        break;
-      case Layer::kTorch:
-        loading.emplace_back(layer, concurrently([&, layer, multi, stop] {
-                               return load_layer(layer, eacgm_torch__open_opts, eacgm_torch__load,
-                                                 eacgm_torch__destroy, p.core, &open_opts, multi,
-                                                 python, stop);
-                             }));
-        break;
-      case Layer::kOs:
-        loading.emplace_back(layer,
-                             concurrently([&] { return load_os(p.core, &open_opts, &os_skel); }));
-        break;
-      case Layer::kPython:
-        break;  // above: the other layers' handlers read its maps
-      default:
-        return Error{fmt::format("layer {} has no BPF program", layer_name(layer))};
+    if (is_table_layer(layer)) {
+      tracer->table_layers_.insert(layer);
+    } else if (layer == Layer::kOs) {
+      os_loaded.emplace(concurrently([&] { return load_os(p.core, &open_opts, &os_skel); }));
+    } else if (layer != Layer::kPython) {
+      return Error{fmt::format("layer {} has no BPF program", layer_name(layer))};
     }
   }
-  // Every load is waited for (they use this frame), then the first error in layer order wins.
+  // Every load is waited for (they use this frame), then the first error wins.
   std::optional<Error> failed;
   if (python_loaded) {
     if (Result<void> r = python_loaded->get(); !r) failed = r.error();
   }
-  for (auto& [layer, loaded] : loading) {
-    Result<LayerPrograms> progs = loaded.get();
-    if (!progs) {
-      if (layer == Layer::kOs) {
-        // The os layer needs no library and must never cost the others.
-        tracer->layer_problems_[layer] = progs.error().message;
-      } else if (!failed) {
-        failed = progs.error();
-      }
-      continue;
+  if (os_loaded) {
+    if (Result<LayerPrograms> progs = os_loaded->get(); progs) {
+      p.layers.emplace(Layer::kOs, std::move(*progs));
+    } else {
+      // The os layer needs no library and must never cost the others.
+      tracer->layer_problems_[Layer::kOs] = progs.error().message;
     }
-    p.layers.emplace(layer, std::move(*progs));
   }
   p.os = os_skel;
   if (failed) return *failed;
@@ -527,6 +522,38 @@ Result<void> Tracer::load_python(const bpf_object_open_opts& open_opts) {
   }
   python_ = std::make_unique<PythonSampler>();
   python_->program = p.python->progs.py_sample;
+  return {};
+}
+
+Result<void> Tracer::load_layers(const std::set<Layer>& wanted) {
+  Programs& p = *programs_;
+  LIBBPF_OPTS(bpf_object_open_opts, open_opts);
+  if (!btf_path_.empty()) open_opts.btf_custom_path = btf_path_.c_str();
+  // Several at once load on threads of their own, as open() loads python and os.
+  std::vector<std::pair<Layer, std::future<Result<LayerPrograms>>>> loading;
+  for (Layer layer : wanted) {
+    if (!table_layers_.contains(layer) || p.layers.contains(layer) ||
+        layer_problems_.contains(layer)) {
+      continue;
+    }
+    loading.emplace_back(
+        layer, std::async(std::launch::async | std::launch::deferred,
+                          [&, layer, multi = multi_, python = py_attribution_, stop = may_stop_] {
+                            return load_table_layer(layer, p.core, &open_opts, multi, python, stop);
+                          }));
+  }
+  std::optional<Error> failed;
+  for (auto& [layer, loaded] : loading) {
+    Result<LayerPrograms> progs = loaded.get();
+    if (!progs) {
+      // Told once, by the call that needed it; the layer's status says it too.
+      layer_problems_[layer] = progs.error().message;
+      if (!failed) failed = progs.error();
+      continue;
+    }
+    p.layers.emplace(layer, std::move(*progs));
+  }
+  if (failed) return *failed;
   return {};
 }
 
@@ -643,10 +670,12 @@ Result<bool> Tracer::attach_library(Layer layer, const std::string& path) {
   for (const TracedLibrary& lib : libraries_) {
     if (lib.id == *id && lib.layer == layer) return false;
   }
-  auto progs = programs_->layers.find(layer);
-  if (progs == programs_->layers.end()) {
+  if (!table_layers_.contains(layer)) {
     return Error{fmt::format("layer {} is not enabled", layer_name(layer))};
   }
+  if (layer_problems_.contains(layer)) return false;  // its programs did not load: said then
+  if (auto loaded = load_layers({layer}); !loaded) return loaded.error();
+  auto progs = programs_->layers.find(layer);
   bpf_program* entry = progs->second.entry;
   bpf_program* ret = progs->second.ret;
 
@@ -759,6 +788,11 @@ Result<void> Tracer::set_cycled_probes(bool on) {
 }
 
 Result<bool> Tracer::attach_unwind_guard(const std::string& path) {
+  if (table_layers_.contains(Layer::kTorch) && !programs_->layers.contains(Layer::kTorch)) {
+    // No torch return probe yet, nothing to guard: a process whose libtorch is probed has
+    // mapped its unwinder too, and its caller guards it in the same stop (Recorder).
+    return false;
+  }
   auto torch = programs_->layers.find(Layer::kTorch);
   if (torch == programs_->layers.end() || !torch->second.unwind) {
     return Error{"the torch layer is not enabled"};

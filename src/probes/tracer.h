@@ -67,12 +67,19 @@ class Tracer {
   // A process the notice made a target that is not to be traced (Options::notice_libraries):
   // no longer a target (the kernel does not notice it again).
   void pass_over(uint32_t pid);
+  // Loads the programs of those of `layers` that are table layers not loaded yet, concurrently,
+  // ahead of probing libraries of several of them (attach_library loads a layer's programs
+  // itself when they are missing). A layer that fails is in layer_problem() from then on and
+  // probes nothing; the first failure is returned.
+  Result<void> load_layers(const std::set<Layer>& layers);
   // Probes `path` for `layer` unless that file (by inode) is already probed.
   // Returns whether it was newly probed.
   Result<bool> attach_library(Layer layer, const std::string& path);
   // The torch layer's return probes would make a C++ exception thrown through an operator
   // kill the job (bpf/torch.bpf.c); this probes the start of unwinding in the unwinder `path`
   // so that they step aside first. Once per file (by inode); returns whether newly probed.
+  // Before the torch layer's programs are loaded (by its first library) there is nothing to
+  // guard: false, and the file is guarded when a process that maps libtorch is probed.
   Result<bool> attach_unwind_guard(const std::string& path);
   // Traced calls that a C++ exception (or a thread's cancellation) left instead of returning.
   uint64_t calls_unwound() const;
@@ -103,9 +110,9 @@ class Tracer {
   Result<void> set_cycled_probes(bool on);
   bool cycled_probes_on() const { return cycled_on_; }
 
-  // Why an enabled layer without libraries (os) could not be set up, or
-  // nullopt when it works. Such a layer never makes open() fail: the others
-  // are still worth tracing.
+  // Why an enabled layer could not be set up (os: its tracepoints; a table layer: its programs,
+  // loaded when its first library is probed), or nullopt when it works or was not needed yet.
+  // Such a layer never makes open() fail: the others are still worth tracing.
   std::optional<std::string> layer_problem(Layer layer) const;
   // Problems short of that (one tracepoint of a layer missing).
   const std::vector<std::string>& warnings() const { return warnings_; }
@@ -156,6 +163,10 @@ class Tracer {
   EventHandler handler_;
   bool multi_ = false;
   bool may_stop_ = true;  // Options::stop_on_dlopen
+  // What load_layers needs after open(): the enabled table layers, loaded or not, and how.
+  std::set<Layer> table_layers_;
+  std::string btf_path_;         // Options::btf_path
+  bool py_attribution_ = false;  // the python layer is on: calls carry their Python line
   std::vector<TracedLibrary> libraries_;
   std::vector<std::unique_ptr<AttachedProbe>> probes_;        // the layers' call probes
   std::vector<std::unique_ptr<AttachedProbe>> guard_probes_;  // loader stop, unwind guards

@@ -148,10 +148,18 @@ class Commands(EacgmTest):
         self.assertEqual(s.returncode, 7)
         self.assertEqual(s.summary["exit_code"], 7)
         self.assertEqual(s.summary["processes"][0]["exit"]["code"], 7)
-        self.assertEqual(s.summary["layers"]["cuda"]["status"], "unavailable" if not os.path.exists(
-            "/usr/local/cuda/lib64/libcudart.so.13") else "active")
+        # A library is probed when a traced process maps it (the loader stop): a job that never
+        # loads one pays nothing for its layer, which says so.
+        self.assertEqual(s.summary["layers"]["cuda"]["status"], "unavailable")
+        self.assertEqual(s.summary["layers"]["cuda"]["reason"],
+                         "no traced process loaded libcudart.so")
+        self.assertIn("[cuda] unavailable: no traced process loaded libcudart.so", s.stdout)
         if os.path.exists("/usr/local/cuda/lib64/libcudart.so.13"):
-            # Probed on the search path before the job started; the job never mapped it.
+            # Without the loader stop the libraries the job could load are probed ahead, from
+            # its search path; the job never mapped it.
+            s = self.record(["/bin/sh", "-c", "exit 7"], "--no-stop-on-dlopen")
+            self.assertEqual(s.returncode, 7)
+            self.assertEqual(s.summary["layers"]["cuda"]["status"], "active")
             self.assertIs(s.summary["layers"]["cuda"]["loaded_by_job"], False)
             self.assertIn("[cuda] probes ready for 1 library; the job never loaded it", s.stdout)
             self.assertNotIn("[cuda] 1 library traced", s.stdout)
