@@ -189,6 +189,7 @@ void Recorder::on_python_event(const Event& event) {
 
 void Recorder::find_interpreter(uint32_t pid, const std::vector<MappedFile>& files) {
   if (!tracer_ || !layers_.contains(Layer::kPython) || python_processes_.contains(pid)) return;
+  if (tracer_->layer_problem(Layer::kPython)) return;  // its programs did not load: said then
   for (const MappedFile& file : files) {
     if (!file.executable || not_interpreters_.contains(file.id)) continue;
     const std::string path = fmt::format("/proc/{}/root{}", pid, file.path);

@@ -212,7 +212,11 @@ class TraceRun {
       // The gpu layer's status comes from GpuLayer::finish, called by finish_sinks().
       if (layer == Layer::kGpu) continue;
       if (layer == Layer::kPython) {  // interpreters, not a library of a known name
-        if (recorder_.layer_mapped(layer)) {
+        if (const std::optional<std::string> problem = tracer_->layer_problem(layer)) {
+          // Its programs did not load when the first interpreter was found.
+          state.status = LayerStatus::kUnavailable;
+          state.reason = *problem;
+        } else if (recorder_.layer_mapped(layer)) {
           state.status = LayerStatus::kActive;  // its interpreters: set by finish_sinks()
         } else {
           state.status = LayerStatus::kUnavailable;

@@ -154,7 +154,10 @@ class Tracer {
 
  private:
   Tracer() = default;
-  Result<void> load_python(const bpf_object_open_opts& open_opts);
+  // The python layer's programs and sampler, loaded when the first interpreter is registered
+  // (add_python_process, attach_python_usdt): while its process is stopped at the loader, so
+  // before any Python code runs. A failure is the layer's problem from then on.
+  Result<void> load_python();
   // First, so that it goes last: its clean end comes after every link is gone.
   std::optional<TargetGuardian> guardian_;
   struct Programs;
@@ -167,6 +170,7 @@ class Tracer {
   std::set<Layer> table_layers_;
   std::string btf_path_;         // Options::btf_path
   bool py_attribution_ = false;  // the python layer is on: calls carry their Python line
+  double sampler_hz_ = 0;        // start_python_sampler's, for a sampler not loaded yet
   std::vector<TracedLibrary> libraries_;
   std::vector<std::unique_ptr<AttachedProbe>> probes_;        // the layers' call probes
   std::vector<std::unique_ptr<AttachedProbe>> guard_probes_;  // loader stop, unwind guards
