@@ -103,10 +103,8 @@ ProcessExit describe_exit_status(int status) {
   return exit;
 }
 
-void Recorder::warn(std::string message) {
-  fmt::print(stderr, "eacgm: warning: {}\n", message);
-  warnings_.push_back(std::move(message));
-}
+// Said once, on stderr, as it happens: nothing is kept (serve runs for months).
+void Recorder::warn(std::string message) { fmt::print(stderr, "eacgm: warning: {}\n", message); }
 
 void Recorder::handle(std::span<const std::byte> data) {
   auto event = decode_event(data, tracer_ ? &tracer_->torch_ops() : nullptr);
@@ -384,10 +382,18 @@ void Recorder::on_call(const CallRecord& event) {
                      session_.device_memory[call.pid].outstanding_bytes);
   }
   const auto memory = session_.device_memory.find(call.pid);
-  analysis_.on_call({call.pid, call.layer(), call.name(), call.start_ns, call.duration_ns,
-                     call.bytes(), call.failed(),
-                     memory == session_.device_memory.end() ? 0 : memory->second.outstanding_bytes,
-                     memory_event});
+  analysis_.on_call({.pid = call.pid,
+                     .layer = call.layer(),
+                     .name = call.name(),
+                     .api_class = call.spec->api_class,
+                     .start_ns = call.start_ns,
+                     .duration_ns = call.duration_ns,
+                     .bytes = call.bytes(),
+                     .failed = call.failed(),
+                     .outstanding_bytes = memory == session_.device_memory.end()
+                                              ? 0
+                                              : memory->second.outstanding_bytes,
+                     .memory_event = memory_event});
   if (!proc.threads.contains(call.tid)) {
     std::string name =
         trim_newline(read_small_file(fmt::format("/proc/{}/task/{}/comm", call.pid, call.tid)));

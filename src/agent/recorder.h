@@ -108,7 +108,6 @@ class Recorder {
   // Lets every sink write its final file.
   std::vector<std::string> finish_sinks();
 
-  const std::vector<std::string>& warnings() const { return warnings_; }
   // Whether a followed process had a library of `layer` mapped (probes on a library found only
   // on the search path prove nothing about the job: torch is installed, the job may not use it).
   bool layer_mapped(Layer layer) const { return mapped_layers_.contains(layer); }
@@ -160,7 +159,6 @@ class Recorder {
   FlightRecorder flight_;
   std::string out_dir_;
   size_t flight_files_ = 0;
-  std::vector<std::string> warnings_;
   std::set<Layer> mapped_layers_;
   TorchThreads torch_threads_;
   PythonProfile python_;

@@ -23,41 +23,6 @@ constexpr double kMiB = 1048576.0;
 
 }  // namespace
 
-ApiClass api_class(Layer layer, std::string_view name) {
-  if (layer == Layer::kNccl) {
-    for (std::string_view c : {"ncclAllReduce", "ncclBroadcast", "ncclReduce", "ncclAllGather",
-                               "ncclReduceScatter", "ncclSend", "ncclRecv"}) {
-      if (name == c) return ApiClass::kCollective;
-    }
-    return ApiClass::kOther;
-  }
-  if (layer != Layer::kCuda && layer != Layer::kDriver) return ApiClass::kOther;
-  // The runtime's and the driver's names, per-thread-stream variants included.
-  for (std::string_view suffix : {"_ptsz", "_ptds"}) {
-    if (name.ends_with(suffix)) name.remove_suffix(suffix.size());
-  }
-  if (name == "cudaLaunchKernel" || name == "cudaGraphLaunch" ||
-      name == "cudaLaunchCooperativeKernel" || name == "cudaLaunchKernelExC" ||
-      name.starts_with("cuLaunch") || name == "cuGraphLaunch") {
-    return ApiClass::kLaunch;
-  }
-  if (name.ends_with("Synchronize") || name.starts_with("cuStreamWaitEvent")) {
-    return ApiClass::kSync;
-  }
-  if (name.starts_with("cudaMemcpy") || name.starts_with("cudaMemset") ||
-      name.starts_with("cuMemcpy") || name.starts_with("cuMemset")) {
-    return ApiClass::kCopy;
-  }
-  if (name.starts_with("cudaFree") || name.starts_with("cuMemFree") || name == "cuMemRelease") {
-    return ApiClass::kFree;
-  }
-  if (name.starts_with("cudaMalloc") || name.starts_with("cuMemAlloc") || name == "cuMemCreate" ||
-      name == "cuMemHostAlloc") {
-    return ApiClass::kAlloc;
-  }
-  return ApiClass::kOther;
-}
-
 std::span<const std::string_view> window_feature_names() { return kNames; }
 
 std::optional<int> window_feature_index(std::string_view name) {
@@ -182,7 +147,7 @@ void WindowAggregator::add(const CallSample& call) {
   ApiWindow& api = open.apis[call.name];
   api.layer = call.layer;
   api.log_durations.push_back(log_duration);
-  switch (api_class(call.layer, call.name)) {
+  switch (call.api_class) {
     case ApiClass::kLaunch:
       ++open.launches;
       open.launch_log_sum += log_duration;

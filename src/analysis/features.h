@@ -28,6 +28,7 @@ struct CallSample {
   uint32_t pid = 0;
   Layer layer = Layer::kCuda;
   std::string_view name;  // must outlive the aggregator (probe table symbols; interned offline)
+  ApiClass api_class = ApiClass::kOther;  // its probe row's (what the window features count)
   uint64_t start_ns = 0;
   uint64_t duration_ns = 0;
   uint64_t bytes = 0;
@@ -39,10 +40,6 @@ struct CallSample {
 
   uint64_t end_ns() const { return start_ns + duration_ns; }
 };
-
-// What role an API plays in the window features.
-enum class ApiClass { kLaunch, kSync, kCopy, kAlloc, kFree, kCollective, kOther };
-ApiClass api_class(Layer layer, std::string_view name);
 
 // Per-event features: log(1 + duration in ns) and log(1 + bytes). Logs make the heavy-tailed
 // latencies roughly Gaussian, which is what the models assume.

@@ -24,23 +24,23 @@ struct Stmt {
   ~Stmt() { sqlite3_finalize(stmt); }
 };
 
-// What the memory model needs of an API: its effect, and the argument holding the pointer.
-struct MemoryRole {
+// What replaying an API needs of its probe row: its class, its effect on device memory, and the
+// argument holding the pointer it allocates or frees.
+struct ApiRole {
+  ApiClass api_class = ApiClass::kOther;
   MemoryEffect effect = MemoryEffect::kNone;
   std::string pointer_arg;
 };
 
-MemoryRole memory_role(Layer layer, std::string_view name) {
-  for (const ProbeSpec& spec : probe_table(layer)) {
-    if (spec.symbol != name) continue;
-    const Slot slot =
-        spec.memory == MemoryEffect::kDeviceAlloc ? spec.out_slot : spec.memory_ptr_slot;
-    for (const ArgSpec& arg : spec.args) {
-      if (arg.slot == slot) return {spec.memory, std::string(arg.name)};
-    }
-    return {spec.memory, ""};
+ApiRole api_role(Layer layer, std::string_view name) {
+  const ProbeSpec* spec = find_probe(layer, name);
+  if (!spec) return {};
+  const Slot slot =
+      spec->memory == MemoryEffect::kDeviceAlloc ? spec->out_slot : spec->memory_ptr_slot;
+  for (const ArgSpec& arg : spec->args) {
+    if (arg.slot == slot) return {spec->api_class, spec->memory, std::string(arg.name)};
   }
-  return {};
+  return {spec->api_class, spec->memory, ""};
 }
 
 uint64_t pointer_arg(const char* args_json, const std::string& name) {
@@ -142,7 +142,7 @@ Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string
   if (auto r = prepare(sql.c_str(), s); !r) {
     if (auto old = prepare(old_sql.c_str(), s); !old) return old.error();
   }
-  std::map<std::pair<Layer, std::string_view>, MemoryRole> roles;
+  std::map<std::pair<Layer, std::string_view>, ApiRole> roles;
   std::unordered_map<uint32_t, DeviceMemory> memory;
   int rc;
   while ((rc = sqlite3_step(s.stmt)) == SQLITE_ROW) {
@@ -160,7 +160,8 @@ Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string
     c.failed = sqlite3_column_int(s.stmt, 6) != 0;
     auto role = roles.find({c.layer, c.name});
     if (role == roles.end())
-      role = roles.emplace(std::pair{c.layer, c.name}, memory_role(c.layer, c.name)).first;
+      role = roles.emplace(std::pair{c.layer, c.name}, api_role(c.layer, c.name)).first;
+    c.api_class = role->second.api_class;
     DeviceMemory& mem = memory[c.pid];
     if (!c.failed && role->second.effect == MemoryEffect::kDeviceAlloc) {
       mem.on_alloc(pointer_arg(reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 7)),

@@ -23,6 +23,7 @@ const std::vector<ProbeSpec>& cuda_table() {
   auto launch = [](std::string_view name) {
     return ProbeSpec{.symbol = name,
                      .layer = Layer::kCuda,
+                     .api_class = ApiClass::kLaunch,
                      .args = {{"func", kRdi, ArgFormat::kPointer},
                               {"gridDim", kRsi, ArgFormat::kDim3},
                               {"blockDim", kRcx, ArgFormat::kDim3},
@@ -38,6 +39,7 @@ const std::vector<ProbeSpec>& cuda_table() {
   auto launch_ex = [](std::string_view name) {
     return ProbeSpec{.symbol = name,
                      .layer = Layer::kCuda,
+                     .api_class = ApiClass::kLaunch,
                      .args = {{"config", kRdi, ArgFormat::kPointer},
                               {"func", kRsi, ArgFormat::kPointer},
                               {"args", kRdx, ArgFormat::kPointer},
@@ -54,20 +56,27 @@ const std::vector<ProbeSpec>& cuda_table() {
                                  {"count", kRdx, ArgFormat::kSize},
                                  {"kind", kRcx, ArgFormat::kMemcpyKind}};
     if (async) args.push_back({"stream", kR8, ArgFormat::kPointer});
-    return ProbeSpec{
-        .symbol = name, .layer = Layer::kCuda, .args = std::move(args), .bytes_slot = kRdx};
+    return ProbeSpec{.symbol = name,
+                     .layer = Layer::kCuda,
+                     .api_class = ApiClass::kCopy,
+                     .args = std::move(args),
+                     .bytes_slot = kRdx};
   };
   auto memset_ = [](std::string_view name, bool async) {
     std::vector<ArgSpec> args = {{"devPtr", kRdi, ArgFormat::kPointer},
                                  {"value", kRsi, ArgFormat::kInt},
                                  {"count", kRdx, ArgFormat::kSize}};
     if (async) args.push_back({"stream", kRcx, ArgFormat::kPointer});
-    return ProbeSpec{
-        .symbol = name, .layer = Layer::kCuda, .args = std::move(args), .bytes_slot = kRdx};
+    return ProbeSpec{.symbol = name,
+                     .layer = Layer::kCuda,
+                     .api_class = ApiClass::kCopy,
+                     .args = std::move(args),
+                     .bytes_slot = kRdx};
   };
   auto malloc_async = [](std::string_view name) {
     return ProbeSpec{.symbol = name,
                      .layer = Layer::kCuda,
+                     .api_class = ApiClass::kAlloc,
                      .args = {{"devPtr", kRdi, ArgFormat::kOutPointer},
                               {"size", kRsi, ArgFormat::kSize},
                               {"stream", kRdx, ArgFormat::kPointer}},
@@ -79,6 +88,7 @@ const std::vector<ProbeSpec>& cuda_table() {
     return ProbeSpec{
         .symbol = name,
         .layer = Layer::kCuda,
+        .api_class = ApiClass::kFree,
         .args = {{"devPtr", kRdi, ArgFormat::kPointer}, {"stream", kRsi, ArgFormat::kPointer}},
         .memory = MemoryEffect::kDeviceFree,
         .memory_ptr_slot = kRdi};
@@ -87,37 +97,45 @@ const std::vector<ProbeSpec>& cuda_table() {
     return ProbeSpec{
         .symbol = name,
         .layer = Layer::kCuda,
+        .api_class = ApiClass::kLaunch,
         .args = {{"graphExec", kRdi, ArgFormat::kPointer}, {"stream", kRsi, ArgFormat::kPointer}}};
   };
   auto stream_synchronize = [](std::string_view name) {
-    return ProbeSpec{
-        .symbol = name, .layer = Layer::kCuda, .args = {{"stream", kRdi, ArgFormat::kPointer}}};
+    return ProbeSpec{.symbol = name,
+                     .layer = Layer::kCuda,
+                     .api_class = ApiClass::kSync,
+                     .args = {{"stream", kRdi, ArgFormat::kPointer}}};
   };
   static const std::vector<ProbeSpec> table = {
       {.symbol = "cudaMalloc",
        .layer = Layer::kCuda,
+       .api_class = ApiClass::kAlloc,
        .args = {{"devPtr", kRdi, ArgFormat::kOutPointer}, {"size", kRsi, ArgFormat::kSize}},
        .bytes_slot = kRsi,
        .out_slot = kRdi,
        .memory = MemoryEffect::kDeviceAlloc},
       {.symbol = "cudaFree",
        .layer = Layer::kCuda,
+       .api_class = ApiClass::kFree,
        .args = {{"devPtr", kRdi, ArgFormat::kPointer}},
        .memory = MemoryEffect::kDeviceFree,
        .memory_ptr_slot = kRdi},
       {.symbol = "cudaMallocHost",
        .layer = Layer::kCuda,
+       .api_class = ApiClass::kAlloc,
        .args = {{"ptr", kRdi, ArgFormat::kOutPointer}, {"size", kRsi, ArgFormat::kSize}},
        .bytes_slot = kRsi,
        .out_slot = kRdi,
        .memory = MemoryEffect::kHostAlloc},
       {.symbol = "cudaFreeHost",
        .layer = Layer::kCuda,
+       .api_class = ApiClass::kFree,
        .args = {{"ptr", kRdi, ArgFormat::kPointer}},
        .memory = MemoryEffect::kHostFree,
        .memory_ptr_slot = kRdi},
       {.symbol = "cudaMallocManaged",
        .layer = Layer::kCuda,
+       .api_class = ApiClass::kAlloc,
        .args = {{"devPtr", kRdi, ArgFormat::kOutPointer},
                 {"size", kRsi, ArgFormat::kSize},
                 {"flags", kRdx, ArgFormat::kUInt}},
@@ -133,9 +151,13 @@ const std::vector<ProbeSpec>& cuda_table() {
       launch("cudaLaunchKernel"),
       graph_launch("cudaGraphLaunch"),
       stream_synchronize("cudaStreamSynchronize"),
-      {.symbol = "cudaDeviceSynchronize", .layer = Layer::kCuda, .args = {}},
+      {.symbol = "cudaDeviceSynchronize",
+       .layer = Layer::kCuda,
+       .api_class = ApiClass::kSync,
+       .args = {}},
       {.symbol = "cudaEventSynchronize",
        .layer = Layer::kCuda,
+       .api_class = ApiClass::kSync,
        .args = {{"event", kRdi, ArgFormat::kPointer}}},
       // Rows added after the first fifteen keep those rows' numbers (func_id) as they were.
       launch("cudaLaunchKernel_ptsz"),
@@ -175,6 +197,7 @@ const std::vector<ProbeSpec>& nccl_table() {
   auto collective = [](std::string_view name, std::vector<ArgSpec> args, Slot comm) {
     return ProbeSpec{.symbol = name,
                      .layer = Layer::kNccl,
+                     .api_class = ApiClass::kCollective,
                      .args = std::move(args),
                      .bytes_slot = kRdx,
                      .dtype_slot = kRcx,
@@ -275,6 +298,7 @@ const std::vector<ProbeSpec>& nccl_table() {
                  kR9),
       {.symbol = "ncclSend",
        .layer = Layer::kNccl,
+       .api_class = ApiClass::kCollective,
        .args = {send,
                 {"count", kRsi, ArgFormat::kSize},
                 {"datatype", kRdx, ArgFormat::kNcclDataType},
@@ -287,6 +311,7 @@ const std::vector<ProbeSpec>& nccl_table() {
        .comm_slot = kR8},
       {.symbol = "ncclRecv",
        .layer = Layer::kNccl,
+       .api_class = ApiClass::kCollective,
        .args = {{"recvbuff", kRdi, ArgFormat::kPointer},
                 {"count", kRsi, ArgFormat::kSize},
                 {"datatype", kRdx, ArgFormat::kNcclDataType},
@@ -313,6 +338,7 @@ const std::vector<ProbeSpec>& driver_table() {
   auto launch = [](std::string_view name) {
     return ProbeSpec{.symbol = name,
                      .layer = Layer::kDriver,
+                     .api_class = ApiClass::kLaunch,
                      .args = {{"f", kRdi, ArgFormat::kPointer},
                               {"grid", kRsi, ArgFormat::kDim3Split},
                               {"block", kR8, ArgFormat::kDim3Split},
@@ -327,6 +353,7 @@ const std::vector<ProbeSpec>& driver_table() {
   auto launch_ex = [](std::string_view name) {
     return ProbeSpec{.symbol = name,
                      .layer = Layer::kDriver,
+                     .api_class = ApiClass::kLaunch,
                      .args = {{"config", kRdi, ArgFormat::kPointer},
                               {"f", kRsi, ArgFormat::kPointer},
                               {"kernelParams", kRdx, ArgFormat::kPointer},
@@ -350,6 +377,7 @@ const std::vector<ProbeSpec>& driver_table() {
     if (dims == 3) args.push_back({"Depth", static_cast<Slot>(first + 2), ArgFormat::kSize});
     return ProbeSpec{.symbol = name,
                      .layer = Layer::kDriver,
+                     .api_class = ApiClass::kCopy,
                      .args = std::move(args),
                      .bytes_slot = first,
                      .bytes_times = {static_cast<Slot>(first + 1),
@@ -367,12 +395,16 @@ const std::vector<ProbeSpec>& driver_table() {
                                  {"srcContext", kRcx, ArgFormat::kPointer},
                                  {"ByteCount", kR8, ArgFormat::kSize}};
     if (async) args.push_back({"hStream", kR9, ArgFormat::kPointer});
-    return ProbeSpec{
-        .symbol = name, .layer = Layer::kDriver, .args = std::move(args), .bytes_slot = kR8};
+    return ProbeSpec{.symbol = name,
+                     .layer = Layer::kDriver,
+                     .api_class = ApiClass::kCopy,
+                     .args = std::move(args),
+                     .bytes_slot = kR8};
   };
   auto graph_launch = [](std::string_view name) {
     return ProbeSpec{.symbol = name,
                      .layer = Layer::kDriver,
+                     .api_class = ApiClass::kLaunch,
                      .args = {{"hGraphExec", kRdi, ArgFormat::kPointer},
                               {"hStream", kRsi, ArgFormat::kPointer}}};
   };
@@ -383,6 +415,7 @@ const std::vector<ProbeSpec>& driver_table() {
     args.insert(args.end(), more.begin(), more.end());
     return ProbeSpec{.symbol = name,
                      .layer = Layer::kDriver,
+                     .api_class = ApiClass::kAlloc,
                      .args = std::move(args),
                      .bytes_slot = kRsi,
                      .out_slot = kRdi,
@@ -393,6 +426,7 @@ const std::vector<ProbeSpec>& driver_table() {
     args.insert(args.end(), more.begin(), more.end());
     return ProbeSpec{.symbol = name,
                      .layer = Layer::kDriver,
+                     .api_class = ApiClass::kFree,
                      .args = std::move(args),
                      .memory = effect,
                      .memory_ptr_slot = kRdi};
@@ -403,8 +437,11 @@ const std::vector<ProbeSpec>& driver_table() {
                                  {"src", kRsi, ArgFormat::kPointer},
                                  {"ByteCount", kRdx, ArgFormat::kSize}};
     if (async) args.push_back({"hStream", kRcx, ArgFormat::kPointer});
-    return ProbeSpec{
-        .symbol = name, .layer = Layer::kDriver, .args = std::move(args), .bytes_slot = kRdx};
+    return ProbeSpec{.symbol = name,
+                     .layer = Layer::kDriver,
+                     .api_class = ApiClass::kCopy,
+                     .args = std::move(args),
+                     .bytes_slot = kRdx};
   };
   // cuMemsetD<bits>: (dst, value, size_t N elements[, stream]).
   auto set = [](std::string_view name, uint8_t element_bytes, bool async) {
@@ -414,13 +451,16 @@ const std::vector<ProbeSpec>& driver_table() {
     if (async) args.push_back({"hStream", kRcx, ArgFormat::kPointer});
     return ProbeSpec{.symbol = name,
                      .layer = Layer::kDriver,
+                     .api_class = ApiClass::kCopy,
                      .args = std::move(args),
                      .bytes_slot = kRdx,
                      .bytes_scale = element_bytes};
   };
-  auto one_handle = [](std::string_view name, std::string_view arg) {
-    return ProbeSpec{
-        .symbol = name, .layer = Layer::kDriver, .args = {{arg, kRdi, ArgFormat::kPointer}}};
+  auto sync_on = [](std::string_view name, std::string_view arg) {
+    return ProbeSpec{.symbol = name,
+                     .layer = Layer::kDriver,
+                     .api_class = ApiClass::kSync,
+                     .args = {{arg, kRdi, ArgFormat::kPointer}}};
   };
   // cuModuleGetFunction-shaped: (Handle* out, Container, const char* name) names *out.
   auto get_named = [](std::string_view name, std::string_view out, std::string_view container) {
@@ -462,6 +502,7 @@ const std::vector<ProbeSpec>& driver_table() {
       // through pPitch) is not counted.
       {.symbol = "cuMemAllocPitch_v2",
        .layer = Layer::kDriver,
+       .api_class = ApiClass::kAlloc,
        .args = {{"dptr", kRdi, ArgFormat::kOutPointer},
                 {"pPitch", kRsi, ArgFormat::kPointer},
                 {"WidthInBytes", kRdx, ArgFormat::kSize},
@@ -483,6 +524,7 @@ const std::vector<ProbeSpec>& driver_table() {
       // device memory counts the handles; a mapping moves no memory of its own.
       {.symbol = "cuMemCreate",
        .layer = Layer::kDriver,
+       .api_class = ApiClass::kAlloc,
        .args = {{"handle", kRdi, ArgFormat::kOutPointer},
                 {"size", kRsi, ArgFormat::kSize},
                 {"prop", kRdx, ArgFormat::kPointer},
@@ -492,6 +534,7 @@ const std::vector<ProbeSpec>& driver_table() {
        .memory = MemoryEffect::kDeviceAlloc},
       {.symbol = "cuMemRelease",
        .layer = Layer::kDriver,
+       .api_class = ApiClass::kFree,
        .args = {{"handle", kRdi, ArgFormat::kPointer}},
        .memory = MemoryEffect::kDeviceFree,
        .memory_ptr_slot = kRdi},
@@ -548,17 +591,22 @@ const std::vector<ProbeSpec>& driver_table() {
       set("cuMemsetD16Async_ptsz", 2, true),
       set("cuMemsetD32Async", 4, true),
       set("cuMemsetD32Async_ptsz", 4, true),
-      one_handle("cuStreamSynchronize", "hStream"),
-      one_handle("cuStreamSynchronize_ptsz", "hStream"),
-      {.symbol = "cuCtxSynchronize", .layer = Layer::kDriver, .args = {}},
-      one_handle("cuEventSynchronize", "hEvent"),
+      sync_on("cuStreamSynchronize", "hStream"),
+      sync_on("cuStreamSynchronize_ptsz", "hStream"),
+      {.symbol = "cuCtxSynchronize",
+       .layer = Layer::kDriver,
+       .api_class = ApiClass::kSync,
+       .args = {}},
+      sync_on("cuEventSynchronize", "hEvent"),
       {.symbol = "cuStreamWaitEvent",
        .layer = Layer::kDriver,
+       .api_class = ApiClass::kSync,
        .args = {{"hStream", kRdi, ArgFormat::kPointer},
                 {"hEvent", kRsi, ArgFormat::kPointer},
                 {"Flags", kRdx, ArgFormat::kUInt32}}},
       {.symbol = "cuStreamWaitEvent_ptsz",
        .layer = Layer::kDriver,
+       .api_class = ApiClass::kSync,
        .args = {{"hStream", kRdi, ArgFormat::kPointer},
                 {"hEvent", kRsi, ArgFormat::kPointer},
                 {"Flags", kRdx, ArgFormat::kUInt32}}},
@@ -901,6 +949,18 @@ std::span<const Layer> all_layers() {
   static constexpr Layer kAll[] = {Layer::kCuda,   Layer::kDriver, Layer::kNccl, Layer::kTorch,
                                    Layer::kPython, Layer::kOs,     Layer::kGpu};
   return kAll;
+}
+
+const ProbeSpec* find_probe(Layer layer, std::string_view symbol) {
+  for (const ProbeSpec& spec : probe_table(layer)) {
+    if (spec.symbol == symbol) return &spec;
+  }
+  return nullptr;
+}
+
+ApiClass api_class(Layer layer, std::string_view symbol) {
+  const ProbeSpec* spec = find_probe(layer, symbol);
+  return spec ? spec->api_class : ApiClass::kOther;
 }
 
 std::optional<Layer> layer_from_name(std::string_view name) {

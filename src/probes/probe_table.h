@@ -100,9 +100,14 @@ enum class CallRole : uint8_t {
   kSetUp,
 };
 
+// What a call does, for the analysis that treats calls alike whatever their layer or name (the
+// window features count launches, syncs, copies and collectives).
+enum class ApiClass : uint8_t { kOther, kLaunch, kSync, kCopy, kAlloc, kFree, kCollective };
+
 struct ProbeSpec {
   std::string_view symbol;
   Layer layer;
+  ApiClass api_class = ApiClass::kOther;
   std::vector<ArgSpec> args;
   Slot bytes_slot = kNoSlot;  // argument holding the bytes (or elements) the call moves
   Slot dtype_slot = kNoSlot;  // if set, bytes_slot counts elements of this NCCL datatype
@@ -134,6 +139,11 @@ struct ProbeSpec {
 
 // The rows of one layer; a row's index is its attach cookie and func_id.
 std::span<const ProbeSpec> probe_table(Layer layer);
+// The row of `layer` probing `symbol`; nullptr when no row does (a torch operator, a name from a
+// session recorded by another version).
+const ProbeSpec* find_probe(Layer layer, std::string_view symbol);
+// The class of a call known only by its name (a session read back); kOther for unknown names.
+ApiClass api_class(Layer layer, std::string_view symbol);
 
 // Which library files belong to which layer, by file name prefix.
 struct LayerLibrary {

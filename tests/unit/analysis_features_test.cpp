@@ -17,6 +17,7 @@ CallSample call(std::string_view name, uint64_t start_ns, uint64_t duration_ns,
   CallSample c;
   c.pid = 42;
   c.name = name;
+  c.api_class = api_class(c.layer, c.name);
   c.start_ns = start_ns;
   c.duration_ns = duration_ns;
   c.outstanding_bytes = outstanding;

@@ -138,6 +138,61 @@ TEST(DriverTable, DriverCallsHaveTheRuntimeCallsClasses) {
   EXPECT_EQ(api_class(Layer::kDriver, "cuModuleGetFunction"), ApiClass::kOther);
 }
 
+// A row's class is stated once, in the table; here it must agree with what the row's other facts
+// say, so that no row counts as a launch without naming a kernel, or frees without a class.
+TEST(ProbeTables, EachRowsClassAgreesWithWhatItDoes) {
+  std::vector<std::string> unclassified;
+  for (Layer layer : {Layer::kCuda, Layer::kDriver, Layer::kNccl}) {
+    for (const ProbeSpec& spec : probe_table(layer)) {
+      SCOPED_TRACE(std::string(spec.symbol));
+      if (spec.kernel_slot != kNoSlot) {
+        EXPECT_EQ(spec.api_class, ApiClass::kLaunch);
+      }
+      if (spec.memory == MemoryEffect::kDeviceAlloc || spec.memory == MemoryEffect::kHostAlloc) {
+        EXPECT_EQ(spec.api_class, ApiClass::kAlloc);
+      }
+      if (spec.memory == MemoryEffect::kDeviceFree || spec.memory == MemoryEffect::kHostFree) {
+        EXPECT_EQ(spec.api_class, ApiClass::kFree);
+      }
+      const bool collective =
+          spec.role == CallRole::kCollective || spec.role == CallRole::kPointToPoint;
+      EXPECT_EQ(spec.api_class == ApiClass::kCollective, collective);
+      if (spec.api_class == ApiClass::kCopy) {
+        EXPECT_NE(spec.bytes_slot, kNoSlot);
+      }
+      if (spec.api_class == ApiClass::kOther) unclassified.emplace_back(spec.symbol);
+    }
+  }
+  // What is none of the classes: naming and loading, set-up, communicators, groups, mappings.
+  EXPECT_EQ(unclassified, (std::vector<std::string>{"__cudaRegisterFunction",
+                                                    "cuMemMap",
+                                                    "cuMemUnmap",
+                                                    "cuModuleLoad",
+                                                    "cuModuleLoadData",
+                                                    "cuModuleLoadDataEx",
+                                                    "cuModuleLoadFatBinary",
+                                                    "cuLibraryLoadData",
+                                                    "cuLibraryLoadFromFile",
+                                                    "cuModuleGetFunction",
+                                                    "cuLibraryGetKernel",
+                                                    "cuKernelGetFunction",
+                                                    "cuInit",
+                                                    "cuDevicePrimaryCtxRetain",
+                                                    "cuCtxCreate_v2",
+                                                    "cuCtxCreate_v3",
+                                                    "cuCtxCreate_v4",
+                                                    "ncclCommInitRank",
+                                                    "ncclCommInitRankConfig",
+                                                    "ncclCommInitAll",
+                                                    "ncclCommSplit",
+                                                    "ncclCommDestroy",
+                                                    "ncclCommAbort",
+                                                    "ncclGroupStart",
+                                                    "ncclGroupEnd"}));
+  EXPECT_EQ(api_class(Layer::kTorch, "aten::addmm"), ApiClass::kOther);
+  EXPECT_EQ(api_class(Layer::kCuda, "cudaNoSuchCall"), ApiClass::kOther);
+}
+
 TEST(NameRecord, DecodesToTheHandleAndItsName) {
   eacgm_name n{};
   n.hdr = {EACGM_EV_NAME, 10, 11, EACGM_LAYER_DRIVER, 500};

@@ -44,6 +44,7 @@ RecordedSession job(uint32_t pid, unsigned seed, const SlowSyncs& slow = {}) {
       CallSample c;
       c.pid = pid;
       c.name = name;
+      c.api_class = api_class(c.layer, c.name);
       c.start_ns = t;
       const bool outlier = u(rng) < 0.01 && !near;
       c.duration_ns = static_cast<uint64_t>(typical_ns * noise(rng) * (outlier ? 5 : 1) *

@@ -52,6 +52,7 @@ std::vector<CallSample> loop(uint32_t pid, double seconds, unsigned seed, const 
       CallSample c;
       c.pid = pid;
       c.name = name;
+      c.api_class = api_class(c.layer, c.name);
       c.start_ns = t;
       c.duration_ns = static_cast<uint64_t>(ns);
       c.bytes = bytes;
@@ -160,6 +161,7 @@ std::vector<CallSample> torch_loop(uint32_t pid, double seconds, unsigned seed,
       c.pid = pid;
       c.layer = Layer::kTorch;
       c.name = name;
+      c.api_class = api_class(c.layer, c.name);
       c.start_ns = t;
       c.duration_ns = static_cast<uint64_t>(ns);
       out.push_back(c);
@@ -235,6 +237,7 @@ std::vector<CallSample> set_up_then_loop(uint32_t pid, double set_up_s, double s
     CallSample c;
     c.pid = pid;
     c.name = "cudaMalloc";
+    c.api_class = api_class(c.layer, c.name);
     c.start_ns = t;
     c.duration_ns = 2 * kMs;
     c.bytes = 64 << 20;
