@@ -119,13 +119,20 @@ void LinkRelease::add(bpf_link* link) {
   if (link) links_.push_back(link);
 }
 
+void LinkRelease::add_in_turn(bpf_link* link) {
+  if (link) in_turn_.push_back(link);
+}
+
 void LinkRelease::run() {
-  const size_t total = fds_.size() + links_.size();
+  // One index per fd and per link, and a last one for all the links released in turn.
+  const size_t total = fds_.size() + links_.size() + (in_turn_.empty() ? 0 : 1);
   auto release = [this](size_t i) {
     if (i < fds_.size()) {
       close(fds_[i]);
-    } else {
+    } else if (i < fds_.size() + links_.size()) {
       bpf_link__destroy(links_[i - fds_.size()]);
+    } else {
+      for (bpf_link* link : in_turn_) bpf_link__destroy(link);
     }
   };
   // A thread per link, up to a bound (the fallback's one link per function can be hundreds).
@@ -145,6 +152,7 @@ void LinkRelease::run() {
   for (std::thread& worker : workers) worker.join();
   fds_.clear();
   links_.clear();
+  in_turn_.clear();
 }
 
 void AttachedProbe::release_into(LinkRelease& release) {

@@ -38,12 +38,17 @@ class LinkRelease {
 
   void add(int link_fd);
   void add(bpf_link* link);
+  // Links that share libbpf state, released one after another on one thread (beside the
+  // others). A USDT link's release gives its spec ids back to its object's USDT manager, an
+  // array libbpf reallocates without a lock: two released at once corrupt the heap.
+  void add_in_turn(bpf_link* link);
   // Releases everything added so far, concurrently; returns once all are gone.
   void run();
 
  private:
   std::vector<int> fds_;
   std::vector<bpf_link*> links_;
+  std::vector<bpf_link*> in_turn_;
 };
 
 class AttachedProbe {

@@ -148,9 +148,10 @@ struct Tracer::Programs {
   ~Programs() {
     {
       LinkRelease release;
-      for (auto* links : {&core_links, &os_links, &usdt_links}) {
+      for (auto* links : {&core_links, &os_links}) {
         for (bpf_link* link : *links) release.add(link);
       }
+      for (bpf_link* link : usdt_links) release.add_in_turn(link);
     }
     for (auto& [layer, progs] : layers) progs.destroy();
     eacgm_python__destroy(python);
@@ -949,10 +950,12 @@ void Tracer::detach_probes() {
     std::erase_if(later, [](int fd) { return fd < 0; });
     programs_->usdt_link_fds.clear();
     if (guardian_ && !later.empty()) guardian_->hand_over(later);
-    for (auto* links : {&programs_->os_links, &programs_->usdt_links, &programs_->core_links}) {
+    for (auto* links : {&programs_->os_links, &programs_->core_links}) {
       for (bpf_link* link : *links) calls.add(link);
       links->clear();
     }
+    for (bpf_link* link : programs_->usdt_links) calls.add_in_turn(link);
+    programs_->usdt_links.clear();
     for (std::unique_ptr<AttachedProbe>& probe : probes_) probe->release_into(calls);
     probes_.clear();
     for (std::unique_ptr<AttachedProbe>& probe : cycled_probes_) probe->release_into(calls);
