@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "agent/trace_session.h"
 #include "analysis/detector_model.h"
 #include "analysis/leak_detector.h"
 #include "analysis/session_db.h"
@@ -21,6 +20,7 @@
 #include "analysis/window_analyzer.h"
 #include "cli/numeric_flags.h"
 #include "common/atomic_file.h"
+#include "common/exit_codes.h"
 #include "common/json_text.h"
 #include "sinks/summary.h"
 

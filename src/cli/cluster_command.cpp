@@ -18,7 +18,7 @@
 #include <thread>
 #include <tuple>
 
-#include "agent/trace_session.h"
+#include "common/exit_codes.h"
 #include "common/json_text.h"
 #include "serve/cross_node.h"
 #include "serve/prometheus_client.h"

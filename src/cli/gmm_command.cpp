@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "agent/trace_session.h"
 #include "analysis/gmm.h"
 #include "analysis/gmm_fit.h"
 #include "analysis/gmm_io.h"
 #include "analysis/numeric_csv.h"
+#include "common/exit_codes.h"
 
 namespace eacgm {
 namespace {

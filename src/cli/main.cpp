@@ -7,11 +7,11 @@
 #include <functional>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "agent/trace_session.h"
+#include "cli/agent_flags.h"
 #include "cli/analyze_command.h"
 #include "cli/cluster_command.h"
 #include "cli/compare_command.h"
@@ -23,81 +23,15 @@
 #include "cli/scan_command.h"
 #include "cli/serve_command.h"
 #include "cli/slo_command.h"
-#include "probes/torch_ops.h"
 
 namespace {
 
-using eacgm::Layer;
-
-// "cuda,nccl" -> layers; the layers this build can trace.
-std::optional<std::set<Layer>> parse_layers(const std::string& text, std::string& error) {
-  std::set<Layer> layers;
-  std::stringstream ss(text);
-  std::string name;
-  while (std::getline(ss, name, ',')) {
-    if (name.empty()) continue;
-    const auto layer = eacgm::layer_from_name(name);
-    if (!layer) {
-      std::vector<std::string_view> known;
-      for (Layer l : eacgm::all_layers()) known.push_back(eacgm::layer_name(l));
-      error = fmt::format("unknown layer '{}' (known: {})", name, fmt::join(known, ", "));
-      return std::nullopt;
-    }
-    layers.insert(*layer);
-  }
-  if (layers.empty()) {
-    error = "no layer selected";
-    return std::nullopt;
-  }
-  return layers;
-}
-
+// record's and attach's flags: the live agent's, and the session directory's.
 void add_trace_options(CLI::App* cmd, eacgm::TraceOptions& opts, std::string& layers) {
   cmd->add_option("-o,--output", opts.out_dir, "session directory to write")->required();
-  cmd->add_option("--layers", layers, "comma-separated layers to trace")
-      ->default_val("cuda,driver,nccl,torch,python,os,gpu");
-  cmd->add_option("--ioctl-devices", opts.ioctl_devices,
-                  "os layer: device files whose ioctls are timed (comma-separated globs)")
-      ->default_val("/dev/nvidia*");
-  cmd->add_option(
-      "--nvml-lib", opts.nvml_lib,
-      "gpu layer: NVML library to load (default: libnvidia-ml.so.1 on the search path)");
-  cmd->add_option("--gpu-rate", opts.gpu_rate_hz, "gpu layer: samples per second per GPU")
-      ->default_val(10.0)
-      ->check(eacgm::bounded(eacgm::kMinGpuRateHz, eacgm::kMaxGpuRateHz, "samples per second"));
-  cmd->add_option("--hang-timeout", opts.hang_timeout_s,
-                  "seconds a collective may wait for missing ranks, or every rank inside it, "
-                  "before it is a hang (reported as resolved if it moves later)")
-      ->default_val(3.0)
-      ->check(eacgm::bounded(eacgm::kMinHangTimeoutS, eacgm::kMaxHangTimeoutS,
-                             "seconds (at most a day)"));
-  cmd->add_option("--torch-ops", opts.torch_ops, eacgm::kTorchOpsHelp)
-      ->default_val("default")
-      ->check(eacgm::torch_ops_filter());
-  cmd->add_option("--python-rate", opts.python_rate_hz,
-                  "python layer: stack samples per second of every thread that runs Python")
-      ->default_val(99.0)
-      ->check(eacgm::bounded(1, 1000, "samples per second"));
-  cmd->add_option("--python-slow-ms", opts.python_slow_ms,
-                  "python layer: a call that stays the innermost Python frame longer than this "
-                  "is a slow_call anomaly")
-      ->default_val(100.0)
-      ->check(eacgm::bounded(1, 3'600'000, "milliseconds (1 ms to 1 hour)"));
-  cmd->add_flag("--python-calls", opts.python_calls,
-                "python layer: count every Python function call through the interpreter's USDT "
-                "probes (where it has them; costs about a microsecond per call)");
-  cmd->add_option("--overhead-budget", opts.overhead_budget_pct,
-                  "keep what tracing costs each traced process under this share of its time "
-                  "(1% or 1): launches, copies, syncs and torch operators are then traced part "
-                  "of the time, and their counts marked sampled (docs/PERFORMANCE.md)")
-      ->transform(eacgm::overhead_budget_percent());
-  cmd->add_option("--btf", opts.btf_path, "kernel BTF file (default: the running kernel's)");
-  cmd->add_flag(
-      "--no-stop-on-dlopen", [&opts](int64_t) { opts.stop_on_dlopen = false; },
-      "never pause a target to probe a library it just loaded (record probes the libraries "
-      "on the job's search path before it starts instead)");
+  eacgm::add_agent_flags(cmd, opts.agent, layers,
+                         {.layers = "cuda,driver,nccl,torch,python,os,gpu", .gpu_rate_hz = 10.0});
   cmd->add_flag("-q,--quiet", opts.quiet, "do not print the report");
-  cmd->add_flag("-v,--verbose", opts.verbose, "show libbpf's diagnostics");
 }
 
 // What is wrong with the command words, if anything: CLI11 alone says "A subcommand is required"
@@ -149,7 +83,7 @@ int main(int argc, char** argv) {
   std::function<int()> run_gmm;
   eacgm::add_gmm_command(app, run_gmm);
   std::function<int()> run_serve, run_cluster;
-  eacgm::add_serve_command(app, run_serve, parse_layers);
+  eacgm::add_serve_command(app, run_serve);
   eacgm::add_cluster_command(app, run_cluster);
   std::function<int()> run_analyze;
   eacgm::add_analyze_commands(app, run_analyze);
@@ -241,19 +175,19 @@ int main(int argc, char** argv) {
                  command.front());
       return eacgm::kExitUsage;
     }
-    auto layers = parse_layers(record_layers, error);
+    auto layers = eacgm::parse_layers(record_layers, error);
     if (!layers) {
       fmt::print(stderr, "eacgm: error: {}\n", error);
       return eacgm::kExitUsage;
     }
-    record_opts.layers = *layers;
+    record_opts.agent.layers = *layers;
     return eacgm::run_record(record_opts, command);
   }
-  auto layers = parse_layers(attach_layers, error);
+  auto layers = eacgm::parse_layers(attach_layers, error);
   if (!layers) {
     fmt::print(stderr, "eacgm: error: {}\n", error);
     return eacgm::kExitUsage;
   }
-  attach_opts.layers = *layers;
+  attach_opts.agent.layers = *layers;
   return eacgm::run_attach(attach_opts, pid, duration);
 }

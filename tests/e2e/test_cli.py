@@ -89,6 +89,29 @@ class BadInput(EacgmTest):
         self.assertUsageError(run("serve", "--layers", "cuda,python"), "python layer",
                               "record")
 
+    def test_the_live_modes_share_their_flags(self):
+        # record, attach and serve read one set of flags: each is accepted by all three and
+        # judged by the same rule (checked before anything is loaded: no root needed), and the
+        # python layer's are record's and attach's only.
+        live = {
+            "record": ["record", "-o", self.out(), "--", "true"],
+            "attach": ["attach", "-p", "999999999", "-o", self.out()],
+            "serve": ["serve", "--listen", "no-port-here"],
+        }
+        for mode, tail in live.items():
+            with self.subTest(mode=mode):
+                bad_regex = run(mode, "--torch-ops", "aten::(", *tail[1:])
+                self.assertUsageError(bad_regex, "--torch-ops")
+                budget = run(mode, "--overhead-budget", "0%", *tail[1:])
+                self.assertUsageError(budget, "--overhead-budget")
+                # Accepted: the run goes on to fail on what comes after the flags.
+                shared = run(mode, "--ioctl-devices", "/dev/null", "--btf", "/nonexistent",
+                             "--gpu-rate", "2", *tail[1:])
+                self.assertNotIn("--ioctl-devices", shared.stderr)
+                self.assertNotIn("--gpu-rate", shared.stderr)
+        self.assertUsageError(run("serve", "--python-rate", "5"), "--python-rate")
+        self.assertUsageError(run("serve", "--no-stop-on-dlopen"), "--no-stop-on-dlopen")
+
     def test_bad_python_options(self):
         self.assertUsageError(run("record", "-o", self.out(), "--python-rate", "0", "--",
                                   "true"), "python-rate")

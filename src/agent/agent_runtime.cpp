@@ -1,0 +1,197 @@
+#include "agent/agent_runtime.h"
+
+#include <fmt/format.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/privileges.h"
+#include "common/exit_codes.h"
+
+namespace eacgm {
+
+LoopSignals::LoopSignals(std::initializer_list<int> signals) {
+  sigemptyset(&set_);
+  for (int sig : signals) sigaddset(&set_, sig);
+  sigprocmask(SIG_BLOCK, &set_, &previous_);
+  fd_ = signalfd(-1, &set_, SFD_CLOEXEC | SFD_NONBLOCK);
+}
+
+LoopSignals::~LoopSignals() {
+  if (fd_ >= 0) close(fd_);
+  const timespec now{};
+  while (sigtimedwait(&set_, nullptr, &now) > 0) {
+  }
+  sigprocmask(SIG_SETMASK, &previous_, nullptr);
+}
+
+AgentRuntime::AgentRuntime(AgentOptions options, AgentMode mode)
+    : options_(std::move(options)),
+      mode_(std::move(mode)),
+      recorder_(session_, options_.layers,
+                CollectiveTracker::Options{
+                    .hang_timeout_ns = static_cast<uint64_t>(options_.hang_timeout_s * 1e9),
+                    .straggler_window = mode_.straggler_window}) {}
+
+std::optional<int> AgentRuntime::open() {
+  const Privileges privileges = current_privileges();
+  if (!privileges.sufficient()) return fail(kExitUsage, privileges.explain());
+  auto torch_ops = TorchOpFilter::parse(options_.torch_ops);
+  if (!torch_ops) return fail(kExitUsage, torch_ops.error().message);
+  // A budget weighs calls by what they cost from the first one: known before anything runs.
+  if (options_.overhead_budget_pct) {
+    if (auto problem = overhead_.prepare_budget()) return fail(kExitUsage, *problem);
+  }
+  if (mode_.trap_cost_at_start) overhead_.measure_trap_cost();  // ~0.1 s, then cached a boot
+
+  session_.version = EACGM_VERSION;
+  session_.keep_durations = mode_.keep_durations;
+  session_.realtime_offset_ns = realtime_offset_ns();
+  session_.start_ns = monotonic_ns();
+  if (!mode_.output_dir.empty()) recorder_.set_output_dir(mode_.output_dir);
+  OsMonitor::Options os_monitor = mode_.os_monitor;
+  os_monitor.self_pid = static_cast<uint32_t>(getpid());
+  recorder_.configure_os({.ioctl_devices = options_.ioctl_devices, .monitor = os_monitor});
+
+  std::set<Layer> bpf_layers = options_.layers;
+  bpf_layers.erase(Layer::kGpu);  // NVML, read from user space: no BPF program
+  std::vector<std::string> notice;
+  if (mode_.notice_libraries) {
+    for (const LayerLibrary& lib : layer_libraries()) {
+      if (bpf_layers.contains(lib.layer)) notice.emplace_back(lib.file_prefix);
+    }
+  }
+  auto tracer = Tracer::open({.layers = bpf_layers,
+                              .stop_on_dlopen = options_.stop_on_dlopen,
+                              .btf_path = options_.btf_path,
+                              .verbose = options_.verbose,
+                              .torch_ops = std::move(*torch_ops),
+                              .duty_cycle = options_.overhead_budget_pct.has_value(),
+                              .notice_libraries = std::move(notice)},
+                             [this](std::span<const std::byte> d) { recorder_.handle(d); });
+  if (!tracer) return fail(kExitUsage, tracer.error().message);
+  tracer_ = std::move(*tracer);
+  recorder_.set_tracer(tracer_.get());
+  if (options_.overhead_budget_pct) {
+    recorder_.set_overhead_budget({.budget = *options_.overhead_budget_pct / 100},
+                                  session_.start_ns,
+                                  [this] { return overhead_.call_costs_ns(*tracer_); });
+  }
+  for (const std::string& warning : tracer_->warnings()) {
+    fmt::print(stderr, "eacgm: warning: {}\n", warning);
+  }
+  if (auto problem = tracer_->layer_problem(Layer::kOs);
+      problem && options_.layers.contains(Layer::kOs)) {
+    fmt::print(stderr, "eacgm: warning: the os layer is unavailable: {}\n", *problem);
+  }
+  recorder_.refresh_ioctl_devices();
+  if (options_.layers.contains(Layer::kPython)) {
+    recorder_.configure_python(
+        {.rate_hz = options_.python_rate_hz,
+         .slow_call_ns = static_cast<uint64_t>(options_.python_slow_ms * 1e6)},
+        options_.python_calls);
+    tracer_->start_python_sampler(options_.python_rate_hz);
+  }
+  return std::nullopt;
+}
+
+void AgentRuntime::begin() {
+  // Never fatal: no NVML is the normal case on a machine without a GPU, and the report says so.
+  // Only a library asked for by name deserves a warning.
+  if (options_.layers.contains(Layer::kGpu)) {
+    GpuLayer::Options gpu;
+    gpu.library = options_.nvml_lib;
+    gpu.rate_hz = options_.gpu_rate_hz;
+    gpu_ = GpuLayer::start(gpu, session_.start_ns);
+    recorder_.set_gpu(gpu_.get());
+    if (!gpu_->active() && !options_.nvml_lib.empty()) {
+      fmt::print(stderr, "eacgm: warning: the gpu layer is unavailable: {}\n", gpu_->reason());
+    }
+  }
+  // The notice of new processes stops them at the loader too: serve needs the probe either way.
+  if (options_.stop_on_dlopen || mode_.notice_libraries) {
+    if (auto r = tracer_->attach_loader(kLoaderPath); !r) {
+      fmt::print(stderr, "eacgm: warning: {}; libraries loaded later may be missed\n",
+                 r.error().message);
+    }
+  }
+}
+
+void AgentRuntime::stop() {
+  recorder_.resume_stopped_targets();
+  tracer_->drain();
+  tracer_->detach_probes();
+  recorder_.resume_stopped_targets();  // stopped between the first resume and the detach
+  tracer_->drain();
+}
+
+void AgentRuntime::settle_layer_statuses() {
+  for (Layer layer : options_.layers) {
+    LayerState& state = session_.layers[layer];
+    if (layer == Layer::kGpu) continue;  // GpuLayer::finish says, called by finish_sinks()
+    const std::optional<std::string> problem = tracer_->layer_problem(layer);
+    if (layer == Layer::kPython) {  // interpreters, not a library of a known name
+      if (problem) {
+        // Its programs did not load when the first interpreter was found.
+        state.status = LayerStatus::kUnavailable;
+        state.reason = *problem;
+      } else if (recorder_.layer_mapped(layer)) {
+        state.status = LayerStatus::kActive;  // its interpreters: set by finish_sinks()
+        state.reason.clear();
+      } else {
+        state.status = LayerStatus::kUnavailable;
+        state.reason = "no traced process runs a CPython interpreter (3.8 to 3.13)";
+      }
+      continue;
+    }
+    if (layer == Layer::kOs) {  // tracepoints: no library to find
+      state.status = problem ? LayerStatus::kUnavailable : LayerStatus::kActive;
+      state.reason = problem.value_or("");
+      continue;
+    }
+    state.libraries.clear();
+    for (const TracedLibrary& lib : tracer_->libraries()) {
+      if (lib.layer == layer) state.libraries.push_back(lib.path);
+    }
+    std::string_view prefix = layer_name(layer);
+    for (const LayerLibrary& lib : layer_libraries()) {
+      if (lib.layer == layer) {
+        prefix = lib.file_prefix;
+        break;
+      }
+    }
+    // Probes on a library of the search path prove nothing: the job may never load it.
+    state.loaded_by_job = recorder_.layer_mapped(layer) || !state.calls.empty();
+    state.reason.clear();
+    if (problem) {
+      // Its programs did not load when its first library was to be probed.
+      state.status = LayerStatus::kUnavailable;
+      state.reason = *problem;
+      state.libraries.clear();
+    } else if (state.libraries.empty()) {
+      state.status = LayerStatus::kUnavailable;
+      state.reason = options_.stop_on_dlopen
+                         ? fmt::format("no traced process loaded {}", prefix)
+                         : fmt::format(
+                               "no {} library was found in the traced processes or on their "
+                               "library search path",
+                               prefix);
+    } else if (layer == Layer::kTorch && !state.loaded_by_job) {
+      // PyTorch installed on the machine is common; the job using it is what counts.
+      state.status = LayerStatus::kUnavailable;
+      state.reason =
+          fmt::format("no traced process loaded {} (the job does not use PyTorch)", prefix);
+      state.libraries.clear();
+    } else {
+      state.status = LayerStatus::kActive;
+    }
+  }
+}
+
+TracingOverhead AgentRuntime::overhead(uint64_t now_ns) {
+  TracingOverhead overhead = overhead_.read(*tracer_);
+  overhead.pauses = recorder_.pauses();
+  overhead.duty_cycle = recorder_.duty_cycle_figures(now_ns);
+  return overhead;
+}
+
+}  // namespace eacgm
