@@ -353,8 +353,11 @@ SLOWOP_ALLOWED = (
 # different sizes, called once a step each, and which of the two it lands on, and where each lies,
 # moves from run to run by as much as the change (one idle machine: healthy runs' medians from
 # 152 to 181 us, changed runs' from 193 to 231), so some sets of runs do not agree on it; it is
-# allowed, not required. A range with room on both sides: the verdict is the test, not the host.
-SLOWOP_RATIOS = {SLOWOP_BACKWARD: (1.4, 3.0)}
+# allowed, not required. On an idle machine the backward ratio is higher (3.68 once: 385 us a
+# window healthy, 1414 us changed), since load inflates the small healthy convolution most; the
+# work itself grows by more (the 11x11 kernel has 13 times the 3x3's taps). A range with room on
+# both sides: the verdict is the test, not the host.
+SLOWOP_RATIOS = {SLOWOP_BACKWARD: (1.4, 6.0)}
 
 
 class RealWorkloadSlowOp(eacgm_testlib.SharedRecordingsTest):
