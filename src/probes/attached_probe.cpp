@@ -12,6 +12,7 @@
 #include <cstring>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 namespace eacgm {
 namespace {
@@ -153,6 +154,55 @@ void LinkRelease::run() {
   fds_.clear();
   links_.clear();
   in_turn_.clear();
+}
+
+Result<BpfLink> BpfLink::attach(bpf_program* prog) {
+  bpf_link* link = bpf_program__attach(prog);
+  if (!link) return Error{std::strerror(errno)};
+  return BpfLink(link, false);
+}
+
+Result<BpfLink> BpfLink::attach_usdt(bpf_program* prog, const std::string& path,
+                                     const char* provider, const char* name) {
+  bpf_link* link = bpf_program__attach_usdt(prog, -1, path.c_str(), provider, name, nullptr);
+  if (!link) return Error{std::strerror(errno)};
+  return BpfLink(link, true);
+}
+
+Result<BpfLink> BpfLink::attach_task_iterator(bpf_program* prog, uint32_t pid) {
+  union bpf_iter_link_info info {};
+  info.task.pid = pid;
+  LIBBPF_OPTS(bpf_iter_attach_opts, opts, .link_info = &info, .link_info_len = sizeof(info));
+  bpf_link* link = bpf_program__attach_iter(prog, &opts);
+  if (!link) return Error{std::strerror(errno)};
+  return BpfLink(link, false);
+}
+
+BpfLink::BpfLink(BpfLink&& other) noexcept
+    : link_(std::exchange(other.link_, nullptr)), in_turn_(other.in_turn_) {}
+
+BpfLink& BpfLink::operator=(BpfLink&& other) noexcept {
+  if (this != &other) {
+    if (link_) bpf_link__destroy(link_);
+    link_ = std::exchange(other.link_, nullptr);
+    in_turn_ = other.in_turn_;
+  }
+  return *this;
+}
+
+BpfLink::~BpfLink() {
+  if (link_) bpf_link__destroy(link_);
+}
+
+int BpfLink::fd() const { return link_ ? bpf_link__fd(link_) : -1; }
+
+void BpfLink::release_into(LinkRelease& release) {
+  if (in_turn_) {
+    release.add_in_turn(link_);
+  } else {
+    release.add(link_);
+  }
+  link_ = nullptr;
 }
 
 void AttachedProbe::release_into(LinkRelease& release) {

@@ -51,6 +51,35 @@ class LinkRelease {
   std::vector<bpf_link*> in_turn_;
 };
 
+// One libbpf link of the kinds that are not a uprobe set (AttachedProbe, below): a tracepoint, a
+// USDT probe, a task iterator. Owned: destroying it releases the link, and release_into() hands
+// it to a LinkRelease with the others instead. Made by the factories below only, which say
+// errno's reason on failure.
+class BpfLink {
+ public:
+  // A program whose section says where it goes: a tracepoint or a raw tracepoint.
+  static Result<BpfLink> attach(bpf_program* prog);
+  // The USDT probe `provider:name` of the file `path`, in every process that maps it.
+  static Result<BpfLink> attach_usdt(bpf_program* prog, const std::string& path,
+                                     const char* provider, const char* name);
+  // A task iterator over the threads of process `pid`.
+  static Result<BpfLink> attach_task_iterator(bpf_program* prog, uint32_t pid);
+
+  BpfLink(BpfLink&& other) noexcept;
+  BpfLink& operator=(BpfLink&& other) noexcept;
+  BpfLink(const BpfLink&) = delete;
+  BpfLink& operator=(const BpfLink&) = delete;
+  ~BpfLink();
+
+  int fd() const;  // -1 for a USDT link, which has no fd of its own
+  void release_into(LinkRelease& release);
+
+ private:
+  BpfLink(bpf_link* link, bool in_turn) : link_(link), in_turn_(in_turn) {}
+  bpf_link* link_ = nullptr;
+  bool in_turn_ = false;  // USDT links share libbpf state: LinkRelease::add_in_turn
+};
+
 class AttachedProbe {
  public:
   // Many functions of one file with one link: `offsets[i]` is a file offset,

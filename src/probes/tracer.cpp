@@ -138,9 +138,9 @@ struct Tracer::Programs {
   eacgm_os* os = nullptr;  // also in `layers`, which owns it
   eacgm_python* python = nullptr;
   std::map<Layer, LayerPrograms> layers;
-  std::vector<bpf_link*> core_links;  // raw tracepoints: released in microseconds
-  std::vector<bpf_link*> os_links;    // perf events, like the USDT probes: ~50 ms each
-  std::vector<bpf_link*> usdt_links;  // the python layer's
+  std::vector<BpfLink> core_links;  // raw tracepoints: released in microseconds
+  std::vector<BpfLink> os_links;    // perf events, like the USDT probes: ~50 ms each
+  std::vector<BpfLink> usdt_links;  // the python layer's
   // The perf-event links inside usdt_links: libbpf keeps them to itself (a USDT link has no fd
   // of its own), so they are found as they appear (see attach_python_usdt).
   std::vector<int> usdt_link_fds;
@@ -148,10 +148,9 @@ struct Tracer::Programs {
   ~Programs() {
     {
       LinkRelease release;
-      for (auto* links : {&core_links, &os_links}) {
-        for (bpf_link* link : *links) release.add(link);
+      for (auto* links : {&core_links, &os_links, &usdt_links}) {
+        for (BpfLink& link : *links) link.release_into(release);
       }
-      for (bpf_link* link : usdt_links) release.add_in_turn(link);
     }
     for (auto& [layer, progs] : layers) progs.destroy();
     eacgm_python__destroy(python);
@@ -166,8 +165,8 @@ struct Tracer::Programs {
 struct Tracer::PythonSampler {
   bpf_program* program = nullptr;
   mutable std::mutex mutex;
-  std::map<uint32_t, bpf_link*> links;  // by pid
-  uint32_t registered = 0;              // what py_procs_added says (see python_walk.bpf.h)
+  std::map<uint32_t, BpfLink> links;  // by pid
+  uint32_t registered = 0;            // what py_procs_added says (see python_walk.bpf.h)
   std::condition_variable wake;
   bool stop = false;
   std::thread thread;
@@ -185,7 +184,7 @@ struct Tracer::PythonSampler {
     }
     wake.notify_all();
     if (thread.joinable()) thread.join();
-    for (auto& [pid, link] : links) release.add(link);
+    for (auto& [pid, link] : links) link.release_into(release);
     links.clear();
   }
 
@@ -198,7 +197,7 @@ struct Tracer::PythonSampler {
     std::unique_lock lock(mutex);
     while (!stop) {
       for (auto& [pid, link] : links) {
-        const int fd = bpf_iter_create(bpf_link__fd(link));
+        const int fd = bpf_iter_create(link.fd());
         if (fd < 0) continue;
         while (read(fd, sink, sizeof(sink)) > 0) {
         }
@@ -416,12 +415,12 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
         "before eacgm heard of it, stays paused");
   }
   for (bpf_program* prog : {p.core->progs.on_fork, p.core->progs.on_exec, p.core->progs.on_exit}) {
-    bpf_link* link = bpf_program__attach(prog);
+    Result<BpfLink> link = BpfLink::attach(prog);
     if (!link) {
-      return Error{libbpf_error(
-          fmt::format("cannot attach tracepoint program {}", bpf_program__name(prog)), errno)};
+      return Error{fmt::format("cannot attach tracepoint program {}: {}", bpf_program__name(prog),
+                               link.error().message)};
     }
-    p.core_links.push_back(link);
+    p.core_links.push_back(std::move(*link));
   }
 
   // The os object on a thread of its own: each object parses the kernel's BTF again and waits
@@ -462,12 +461,12 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
     size_t attached = 0;
     bpf_program* prog = nullptr;
     bpf_object__for_each_program(prog, p.os->obj) {
-      bpf_link* link = bpf_program__attach(prog);
+      Result<BpfLink> link = BpfLink::attach(prog);
       if (!link) {
-        missing.push_back(fmt::format("{} ({})", bpf_program__name(prog), std::strerror(errno)));
+        missing.push_back(fmt::format("{} ({})", bpf_program__name(prog), link.error().message));
         continue;
       }
-      p.os_links.push_back(link);
+      p.os_links.push_back(std::move(*link));
       ++attached;
     }
     if (attached == 0) {
@@ -578,17 +577,13 @@ Result<void> Tracer::add_python_process(uint32_t pid, uint64_t runtime, uint32_t
     return Error{fmt::format("cannot register python process {}: {}", pid, std::strerror(errno))};
   }
   if (python_->links.contains(pid)) return {};
-  union bpf_iter_link_info info {};
-  info.task.pid = pid;
-  LIBBPF_OPTS(bpf_iter_attach_opts, opts, .link_info = &info, .link_info_len = sizeof(info));
-  bpf_link* link = bpf_program__attach_iter(python_->program, &opts);
+  Result<BpfLink> link = BpfLink::attach_task_iterator(python_->program, pid);
   if (!link) {
-    const int err = errno;
     bpf_map_delete_elem(bpf_map__fd(programs_->core->maps.py_procs), &pid);
-    return Error{
-        fmt::format("cannot sample the Python stacks of process {}: {}", pid, std::strerror(err))};
+    return Error{fmt::format("cannot sample the Python stacks of process {}: {}", pid,
+                             link.error().message)};
   }
-  python_->links.emplace(pid, link);
+  python_->links.emplace(pid, std::move(*link));
   return {};
 }
 
@@ -598,8 +593,7 @@ void Tracer::remove_python_process(uint32_t pid) {
   std::lock_guard lock(python_->mutex);
   auto it = python_->links.find(pid);
   if (it == python_->links.end()) return;
-  bpf_link__destroy(it->second);
-  python_->links.erase(it);
+  python_->links.erase(it);  // releases its link
 }
 
 Result<bool> Tracer::attach_python_usdt(const std::string& path, bool calls) {
@@ -618,15 +612,15 @@ Result<bool> Tracer::attach_python_usdt(const std::string& path, bool calls) {
     // Every process of the file (-1): the programs keep to targets, and a target's children
     // are covered from their first instruction.
     const std::set<int> before = own_link_fds();
-    bpf_link* link = bpf_program__attach_usdt(prog, -1, path.c_str(), "python", name, nullptr);
+    Result<BpfLink> link = BpfLink::attach_usdt(prog, path, "python", name);
     for (int fd : own_link_fds()) {
       if (!before.contains(fd)) programs_->usdt_link_fds.push_back(fd);
     }
     if (!link) {
       return Error{fmt::format("cannot attach the python:{} USDT probe of {}: {}", name, path,
-                               std::strerror(errno))};
+                               link.error().message)};
     }
-    programs_->usdt_links.push_back(link);
+    programs_->usdt_links.push_back(std::move(*link));
   }
   return true;
 }
@@ -946,16 +940,14 @@ void Tracer::detach_probes() {
     // target_guardian.h). Until then their programs may still run for a target that lives on
     // (attach), into a ring buffer nobody reads.
     std::vector<int> later = programs_->usdt_link_fds;
-    for (bpf_link* link : programs_->os_links) later.push_back(bpf_link__fd(link));
+    for (const BpfLink& link : programs_->os_links) later.push_back(link.fd());
     std::erase_if(later, [](int fd) { return fd < 0; });
     programs_->usdt_link_fds.clear();
     if (guardian_ && !later.empty()) guardian_->hand_over(later);
-    for (auto* links : {&programs_->os_links, &programs_->core_links}) {
-      for (bpf_link* link : *links) calls.add(link);
+    for (auto* links : {&programs_->os_links, &programs_->core_links, &programs_->usdt_links}) {
+      for (BpfLink& link : *links) link.release_into(calls);
       links->clear();
     }
-    for (bpf_link* link : programs_->usdt_links) calls.add_in_turn(link);
-    programs_->usdt_links.clear();
     for (std::unique_ptr<AttachedProbe>& probe : probes_) probe->release_into(calls);
     probes_.clear();
     for (std::unique_ptr<AttachedProbe>& probe : cycled_probes_) probe->release_into(calls);
