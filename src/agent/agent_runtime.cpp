@@ -70,7 +70,7 @@ std::optional<int> AgentRuntime::open() {
                              [this](std::span<const std::byte> d) { recorder_.handle(d); });
   if (!tracer) return fail(kExitUsage, tracer.error().message);
   tracer_ = std::move(*tracer);
-  recorder_.set_tracer(tracer_.get());
+  recorder_.set_probes(tracer_.get());
   if (options_.overhead_budget_pct) {
     recorder_.set_overhead_budget({.budget = *options_.overhead_budget_pct / 100},
                                   session_.start_ns,

@@ -107,7 +107,7 @@ ProcessExit describe_exit_status(int status) {
 void Recorder::warn(std::string message) { fmt::print(stderr, "eacgm: warning: {}\n", message); }
 
 void Recorder::handle(std::span<const std::byte> data) {
-  auto event = decode_event(data, tracer_ ? &tracer_->torch_ops() : nullptr);
+  auto event = decode_event(data, probes_ ? &probes_->torch_ops() : nullptr);
   if (!event) {
     if (session_.events_undecodable++ == 0) warn(event.error().message);
     return;
@@ -135,12 +135,12 @@ void Recorder::configure_os(OsOptions options) {
 }
 
 void Recorder::refresh_ioctl_devices() {
-  if (!tracer_ || !layers_.contains(Layer::kOs)) return;
+  if (!probes_ || !layers_.contains(Layer::kOs)) return;
   devices_refreshed_ns_ = monotonic_now_ns();
   std::map<uint32_t, std::string> devices = char_devices_matching(ioctl_devices_);
   std::set<uint32_t> numbers;
   for (const auto& [rdev, path] : devices) numbers.insert(rdev);
-  if (auto r = tracer_->set_ioctl_devices(numbers); !r) warn(r.error().message);
+  if (auto r = probes_->set_ioctl_devices(numbers); !r) warn(r.error().message);
   os_.set_devices(ioctl_devices_, std::move(devices));
 }
 
@@ -186,8 +186,8 @@ void Recorder::on_python_event(const Event& event) {
 }
 
 void Recorder::find_interpreter(uint32_t pid, const std::vector<MappedFile>& files) {
-  if (!tracer_ || !layers_.contains(Layer::kPython) || python_processes_.contains(pid)) return;
-  if (tracer_->layer_problem(Layer::kPython)) return;  // its programs did not load: said then
+  if (!probes_ || !layers_.contains(Layer::kPython) || python_processes_.contains(pid)) return;
+  if (probes_->layer_problem(Layer::kPython)) return;  // its programs did not load: said then
   for (const MappedFile& file : files) {
     if (!file.executable || not_interpreters_.contains(file.id)) continue;
     const std::string path = fmt::format("/proc/{}/root{}", pid, file.path);
@@ -217,7 +217,7 @@ void Recorder::find_interpreter(uint32_t pid, const std::vector<MappedFile>& fil
       return;
     }
     const uint32_t layout_index = *layout;
-    if (auto r = tracer_->add_python_process(pid, *runtime, layout_index); !r) {
+    if (auto r = probes_->add_python_process(pid, *runtime, layout_index); !r) {
       warn(r.error().message);
       return;
     }
@@ -230,7 +230,7 @@ void Recorder::find_interpreter(uint32_t pid, const std::vector<MappedFile>& fil
     python_.add_interpreter({pid, static_cast<int>(found.version), file.path, found.has_usdt,
                              python_script_dir(session_.process(pid).cmdline, cwd)});
     if (found.has_usdt) {
-      if (auto r = tracer_->attach_python_usdt(path, python_calls_); !r) warn(r.error().message);
+      if (auto r = probes_->attach_python_usdt(path, python_calls_); !r) warn(r.error().message);
     }
     return;
   }
@@ -323,8 +323,8 @@ void Recorder::cycle(uint64_t now_ns, bool final) {
   } else {
     analysis_.add_untraced(now_ns);
   }
-  if (!tracer_) return;
-  if (auto r = tracer_->set_cycled_probes(on); !r) {
+  if (!probes_) return;
+  if (auto r = probes_->set_cycled_probes(on); !r) {
     warn(fmt::format("--overhead-budget: cannot {} the sampled probes: {}",
                      on ? "attach" : "release", r.error().message));
   }
@@ -433,7 +433,7 @@ void Recorder::watch_process(uint32_t pid, uint64_t start_ns) {
 }
 
 void Recorder::attach_mapped_libraries(uint32_t pid) {
-  if (!tracer_) return;
+  if (!probes_) return;
   auto files = mapped_files(pid);
   if (!files) return;  // it exited meanwhile; its exit event tells the rest
   if (layers_.contains(Layer::kOs)) check_libraries(pid, *files);
@@ -444,11 +444,11 @@ void Recorder::attach_mapped_libraries(uint32_t pid) {
     if (file.executable && layer && layers_.contains(*layer)) needed.insert(*layer);
   }
   // Before the unwind guard below: it is the torch layer's program, placed once libtorch is.
-  if (auto loaded = tracer_->load_layers(needed); !loaded) warn(loaded.error().message);
+  if (auto loaded = probes_->load_layers(needed); !loaded) warn(loaded.error().message);
   for (const MappedFile& file : *files) {
     if (!file.executable) continue;
     if (layers_.contains(Layer::kTorch) && is_unwinder_library(file.path)) {
-      auto guarded = tracer_->attach_unwind_guard(fmt::format("/proc/{}/root{}", pid, file.path));
+      auto guarded = probes_->attach_unwind_guard(fmt::format("/proc/{}/root{}", pid, file.path));
       if (!guarded) warn(guarded.error().message);
       continue;
     }
@@ -457,13 +457,13 @@ void Recorder::attach_mapped_libraries(uint32_t pid) {
     mapped_layers_.insert(*layer);
     // Through /proc/PID/root so a target in another mount namespace works too.
     const std::string path = fmt::format("/proc/{}/root{}", pid, file.path);
-    auto attached = tracer_->attach_library(*layer, path);
+    auto attached = probes_->attach_library(*layer, path);
     if (!attached) warn(attached.error().message);
   }
 }
 
 void Recorder::attach_search_path_libraries(const std::map<std::string, std::string>& env) {
-  if (!tracer_) return;
+  if (!probes_) return;
   const std::vector<std::string> dirs = library_search_dirs(env);
   std::vector<std::pair<Layer, std::string>> found;
   std::set<Layer> needed;  // loaded together: each object's verification takes a while
@@ -474,9 +474,9 @@ void Recorder::attach_search_path_libraries(const std::map<std::string, std::str
       needed.insert(lib.layer);
     }
   }
-  if (auto loaded = tracer_->load_layers(needed); !loaded) warn(loaded.error().message);
+  if (auto loaded = probes_->load_layers(needed); !loaded) warn(loaded.error().message);
   for (const auto& [layer, path] : found) {
-    auto attached = tracer_->attach_library(layer, path);
+    auto attached = probes_->attach_library(layer, path);
     if (!attached) warn(attached.error().message);
   }
 }
@@ -507,7 +507,7 @@ void Recorder::on_process_event(const ProcEvent& event) {
       // A fork runs its parent's interpreter at the same addresses.
       if (auto parent = python_processes_.find(event.ppid); parent != python_processes_.end()) {
         const PythonRegistration reg = parent->second;
-        if (auto r = tracer_->add_python_process(event.pid, reg.runtime, reg.layout); r) {
+        if (auto r = probes_->add_python_process(event.pid, reg.runtime, reg.layout); r) {
           python_processes_[event.pid] = reg;
           python_.on_fork(event.ppid, event.pid);
         } else {
@@ -518,7 +518,7 @@ void Recorder::on_process_event(const ProcEvent& event) {
     }
     case ProcEvent::Kind::kExec:
       if (python_processes_.erase(event.pid) > 0) {  // its interpreter is gone with its image
-        tracer_->remove_python_process(event.pid);
+        probes_->remove_python_process(event.pid);
         python_.forget(event.pid);
       }
       session_.process(event.pid).execed = true;
@@ -537,7 +537,7 @@ void Recorder::on_process_event(const ProcEvent& event) {
       proc.exit = os_.explain(event.pid, describe_exit_status(event.status));
       os_.on_process_exit(event.pid);
       stopped_.erase(event.pid);
-      if (python_processes_.erase(event.pid) > 0) tracer_->remove_python_process(event.pid);
+      if (python_processes_.erase(event.pid) > 0) probes_->remove_python_process(event.pid);
       flight_.add(event.pid, Event{event});
       if (proc.exit->abnormal()) write_flight_recorder(event.pid);
       flight_.forget(event.pid);
@@ -586,7 +586,7 @@ void Recorder::resume(uint32_t pid) {
 
 void Recorder::pass_over(uint32_t pid) {
   constexpr size_t kRemembered = 4096;
-  if (tracer_) tracer_->pass_over(pid);
+  if (probes_) probes_->pass_over(pid);
   if (!passed_over_.insert(pid).second) return;
   passed_over_order_.push_back(pid);
   if (passed_over_order_.size() > kRemembered) {
@@ -631,8 +631,8 @@ void Recorder::tick(uint64_t now_ns, bool final) {
   // Targets stopped for unwinding go on only after one more drain: another of their threads
   // that began to unwind before the stop reached it has sent its own stop event by then (it
   // cannot start anew once stopping), and a SIGCONT cancels any stop still pending.
-  if (tracer_ && !unwinding_.empty()) {
-    tracer_->drain();
+  if (probes_ && !unwinding_.empty()) {
+    probes_->drain();
     for (uint32_t pid : std::exchange(unwinding_, {})) {
       resume(pid);
     }
@@ -723,8 +723,8 @@ std::vector<std::string> Recorder::finish_sinks() {
     for (const auto& [key, value] : figures.items()) session_.layers[Layer::kOs].extra[key] = value;
   }
   if (layers_.contains(Layer::kPython)) {
-    if (tracer_) {
-      for (const Tracer::PythonCallCount& c : tracer_->python_call_counts()) {
+    if (probes_) {
+      for (const ProbeControl::PythonCallCount& c : probes_->python_call_counts()) {
         python_.add_call_count(c.pid, c.file_ptr, c.name_ptr, c.count);
       }
     }

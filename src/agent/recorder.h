@@ -20,7 +20,7 @@
 #include "analysis/os_monitor.h"
 #include "analysis/window_analyzer.h"
 #include "gpu/gpu_layer.h"
-#include "probes/tracer.h"
+#include "probes/probe_control.h"
 #include "python/python_profile.h"
 #include "reader/decoder.h"
 #include "session/overhead.h"
@@ -42,7 +42,8 @@ class Recorder {
   }
 
   void add_sink(std::unique_ptr<Sink> sink) { sinks_.push_back(std::move(sink)); }
-  void set_tracer(Tracer* tracer) { tracer_ = tracer; }
+  // The probes it asks for libraries, interpreters and processes (the Tracer; a fake in tests).
+  void set_probes(ProbeControl* probes) { probes_ = probes; }
   // The gpu layer's sampler: tick() drains it, finish_sinks() ends it.
   void set_gpu(GpuLayer* gpu) { gpu_ = gpu; }
   // Where flight recorder files go (flight_recorder/<pid>.json); none if empty.
@@ -139,7 +140,7 @@ class Recorder {
 
   Session& session_;
   std::set<Layer> layers_;
-  Tracer* tracer_ = nullptr;
+  ProbeControl* probes_ = nullptr;
   GpuLayer* gpu_ = nullptr;
   std::vector<std::unique_ptr<Sink>> sinks_;
   // Targets stopped by the loader probe or the unwind guard: when each stop was asked for.

@@ -16,6 +16,7 @@
 #include "common/result.h"
 #include "probes/attached_probe.h"
 #include "probes/library_finder.h"
+#include "probes/probe_control.h"
 #include "probes/probe_table.h"
 #include "probes/target_guardian.h"
 #include "probes/torch_ops.h"
@@ -36,7 +37,7 @@ struct TracedLibrary {
   size_t functions = 0;  // functions probed in this file
 };
 
-class Tracer {
+class Tracer : public ProbeControl {
  public:
   struct Options {
     std::set<Layer> layers;
@@ -57,30 +58,18 @@ class Tracer {
   using EventHandler = std::function<void(std::span<const std::byte>)>;
 
   static Result<std::unique_ptr<Tracer>> open(const Options& options, EventHandler handler);
-  ~Tracer();
+  ~Tracer() override;
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
 
   // Traces `pid` and the children it forks from now on. The guardian learns it first: the
   // programs may stop it from then on (probes/target_guardian.h).
   Result<void> add_target(uint32_t pid);
-  // A process the notice made a target that is not to be traced (Options::notice_libraries):
-  // no longer a target (the kernel does not notice it again).
-  void pass_over(uint32_t pid);
-  // Loads the programs of those of `layers` that are table layers not loaded yet, concurrently,
-  // ahead of probing libraries of several of them (attach_library loads a layer's programs
-  // itself when they are missing). A layer that fails is in layer_problem() from then on and
-  // probes nothing; the first failure is returned.
-  Result<void> load_layers(const std::set<Layer>& layers);
-  // Probes `path` for `layer` unless that file (by inode) is already probed.
-  // Returns whether it was newly probed.
-  Result<bool> attach_library(Layer layer, const std::string& path);
-  // The torch layer's return probes would make a C++ exception thrown through an operator
-  // kill the job (bpf/torch.bpf.c); this probes the start of unwinding in the unwinder `path`
-  // so that they step aside first. Once per file (by inode); returns whether newly probed.
-  // Before the torch layer's programs are loaded (by its first library) there is nothing to
-  // guard: false, and the file is guarded when a process that maps libtorch is probed.
-  Result<bool> attach_unwind_guard(const std::string& path);
+  // What the recorder asks as targets come and go (probes/probe_control.h says what each does).
+  void pass_over(uint32_t pid) override;
+  Result<void> load_layers(const std::set<Layer>& layers) override;
+  Result<bool> attach_library(Layer layer, const std::string& path) override;
+  Result<bool> attach_unwind_guard(const std::string& path) override;
   // Traced calls that a C++ exception (or a thread's cancellation) left instead of returning.
   uint64_t calls_unwound() const;
   // Probes the dynamic loader's rendezvous function so targets stop after
@@ -94,46 +83,34 @@ class Tracer {
   // none) is readable, at most EACGM_READER_POLL_MS, since call events never wake the reader
   // (bpf/common.bpf.h); then drains. Returns the number consumed, or a negative errno.
   int wait(int other_fd);
-  // Consumes whatever is in the ring buffer without waiting.
-  int drain();
+  int drain() override;
   uint64_t dropped() const;  // failed reservations, all CPUs
   const std::vector<TracedLibrary>& libraries() const { return libraries_; }
   bool uses_uprobe_multi() const { return multi_; }
-  // The torch layer's rows, made as its libraries are probed (decoder: func_id -> operator).
-  const TorchOpTable& torch_ops() const { return torch_ops_; }
+  const TorchOpTable& torch_ops() const override { return torch_ops_; }
   // Removes every uprobe now (the maps stay, so events already in the ring
   // buffer can still be drained).
   void detach_probes();
   // Options::duty_cycle: attaches (true) or releases (false) the cycled rows' probes of every
   // library, now and for libraries probed later. A call open when they are released finishes
   // unseen; its frame is dropped at the thread's next traced call (bpf/common.bpf.h).
-  Result<void> set_cycled_probes(bool on);
+  Result<void> set_cycled_probes(bool on) override;
   bool cycled_probes_on() const { return cycled_on_; }
 
   // Why an enabled layer could not be set up (os: its tracepoints; a table layer: its programs,
   // loaded when its first library is probed), or nullopt when it works or was not needed yet.
   // Such a layer never makes open() fail: the others are still worth tracing.
-  std::optional<std::string> layer_problem(Layer layer) const;
+  std::optional<std::string> layer_problem(Layer layer) const override;
   // Problems short of that (one tracepoint of a layer missing).
   const std::vector<std::string>& warnings() const { return warnings_; }
-  // The python layer. Registers a process running CPython: where its _PyRuntime is and which
-  // layout (index into python_layouts()) to walk it with; its threads are sampled from then on.
-  Result<void> add_python_process(uint32_t pid, uint64_t runtime, uint32_t layout);
-  void remove_python_process(uint32_t pid);
-  // Times garbage collections, and with `calls` counts every function call, through the
-  // interpreter file's USDT probes (once per file, by inode). Returns whether it was newly
-  // attached.
-  Result<bool> attach_python_usdt(const std::string& path, bool calls);
+  // The python layer (ProbeControl says what each does).
+  Result<void> add_python_process(uint32_t pid, uint64_t runtime, uint32_t layout) override;
+  void remove_python_process(uint32_t pid) override;
+  Result<bool> attach_python_usdt(const std::string& path, bool calls) override;
   // Samples the Python stacks of every registered process's threads `hz` times a second, on a
   // thread of its own, until the Tracer is destroyed or detach_probes().
   void start_python_sampler(double hz);
-  struct PythonCallCount {
-    uint32_t pid = 0;
-    uint64_t file_ptr = 0;  // the USDT probe's file and name strings (see eacgm_py_function)
-    uint64_t name_ptr = 0;
-    uint64_t count = 0;
-  };
-  std::vector<PythonCallCount> python_call_counts() const;
+  std::vector<PythonCallCount> python_call_counts() const override;
 
   // What eacgm's programs cost, by the object they belong to ("core", "python", a layer's name),
   // from the kernel's BPF run-time statistics, which the Tracer turns on while it lives.
@@ -148,9 +125,7 @@ class Tracer {
   // Why program_costs() counts nothing (no BPF stats on this kernel), or nullopt.
   const std::optional<std::string>& program_costs_problem() const { return stats_problem_; }
 
-  // The char devices (kernel dev_t: major << 20 | minor) whose ioctls the os
-  // layer times; replaces the previous set.
-  Result<void> set_ioctl_devices(const std::set<uint32_t>& rdevs);
+  Result<void> set_ioctl_devices(const std::set<uint32_t>& rdevs) override;
 
  private:
   Tracer() = default;
