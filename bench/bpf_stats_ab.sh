@@ -15,6 +15,9 @@
 # ~68 ns per run on this project's machine (an empty program, measured the same way), included in
 # the figures printed.
 set -euo pipefail
+# The simulated runtime alone, as the figures in docs/PERFORMANCE.md were taken: by default it
+# also runs each call through the simulated driver, which adds a traced driver call to every one.
+export SIMGPU_RUNTIME_USES_DRIVER=0
 rounds=3 build=build
 while getopts "n:b:" opt; do
   case $opt in

@@ -13,6 +13,9 @@
 # per event, start-up and teardown cancelling out. Prints per variant the median over the rounds,
 # every round, the events dropped, and each variant's median against the first's.
 set -euo pipefail
+# The simulated runtime alone, as the figures in docs/PERFORMANCE.md were taken: by default it
+# also runs each call through the simulated driver, which adds a traced driver call to every one.
+export SIMGPU_RUNTIME_USES_DRIVER=0
 rounds=5 calls=300000 build=build
 while getopts "n:c:b:" opt; do
   case $opt in

@@ -403,6 +403,8 @@ int run_main(Options o) {
     if (o.lib.empty()) o.lib = EACGM_BENCH_SIMGPU_LIB;
     // The simulated runtime's cudaStreamSynchronize waits 50 us unless told otherwise.
     setenv("SIMGPU_RULES", fmt::format("latency {} {}", o.function, o.sim_latency).c_str(), 1);
+    // The runtime alone: in its default mode each call would also run a (traced) driver call.
+    setenv("SIMGPU_RUNTIME_USES_DRIVER", "0", 1);
   } else if (o.lib.empty()) {
     o.lib = kNvidiaLib;
   }

@@ -9,6 +9,9 @@
 # --layers cuda,python.
 #   sudo bench/python_overhead.sh [BUILD_DIR=build] [RUNS=5] [CALLS=2000000] [PYTHON=/usr/bin/python3.11]
 set -euo pipefail
+# The simulated runtime alone, as the figures in docs/PERFORMANCE.md were taken: by default it
+# also runs each call through the simulated driver, which adds a traced driver call to every one.
+export SIMGPU_RUNTIME_USES_DRIVER=0
 B=$(realpath "${1:-build}")
 runs=${2:-5}
 calls=${3:-2000000}

@@ -11,6 +11,9 @@
 # installed file would fire here too) once per variant; prints per variant the median ns/call
 # that cuda_calls measured, every run, and the events dropped.
 set -euo pipefail
+# The simulated runtime alone, as the figures in docs/PERFORMANCE.md were taken: by default it
+# also runs each call through the simulated driver, which adds a traced driver call to every one.
+export SIMGPU_RUNTIME_USES_DRIVER=0
 rounds=10 calls=200000 build=build
 while getopts "n:c:b:" opt; do
   case $opt in

@@ -10,6 +10,9 @@
 #   layers, so the collective tracker (per-rank lateness, communicators) and the os layer's
 #   per-process records (mappings, exits) of five processes a job are kept and released.
 set -euo pipefail
+# The simulated runtime alone, as the figures in docs/PERFORMANCE.md were taken: by default it
+# also runs each call through the simulated driver, which adds a traced driver call to every one.
+export SIMGPU_RUNTIME_USES_DRIVER=0
 B=$(realpath "${1:-build}")
 runs=${2:-10}
 calls=${3:-1000000}

@@ -10,7 +10,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import eacgm_testlib  # noqa: E402
-from eacgm_testlib import (BASIC_SEQUENCE, CUDA_CALLS, REAL_CUDART, SIM_CUDART, EacgmTest,  # noqa: E402
+from eacgm_testlib import (BASIC_SEQUENCE, BASIC_SEQUENCE_DRIVER_CALLS, CUDA_CALLS, REAL_CUDART, SIM_CUDART, EacgmTest,  # noqa: E402
                            require_root, bpf_links_of, links_left, wait_for_child, wait_for_line,
                            EACGM)
 
@@ -43,7 +43,16 @@ class SimulatedRuntime(EacgmTest):
         self.assertEqual(s.calls()["cudaMalloc"]["bytes"], 1048576 + 2097152 + 4096)
         self.assertEqual(s.calls()["cudaMemcpy"]["bytes"], 4096)
         self.assertEqual(s.calls()["cudaMemset"]["bytes"], 512)
-        self.assertEqual(s.summary["events"], {"recorded": 10, "dropped": 0, "undecodable": 0})
+        # The runtime's own driver calls are recorded too, each inside its runtime call, and never
+        # counted again as memory (the figures above) or as calls of the cuda layer.
+        self.assertEqual(s.summary["layers"]["driver"].get("inner_calls"),
+                         BASIC_SEQUENCE_DRIVER_CALLS)
+        self.assertEqual(s.calls("driver"), {})
+        self.assertEqual(s.rows("SELECT COUNT(*) FROM calls WHERE layer = 'driver' AND "
+                                "(inner_call = 0 OR depth = 0)"), [(0,)])
+        recorded = len(BASIC_SEQUENCE) + sum(BASIC_SEQUENCE_DRIVER_CALLS.values())
+        self.assertEqual(s.summary["events"],
+                         {"recorded": recorded, "dropped": 0, "undecodable": 0})
         self.assertEqual(s.summary["exit_code"], 0)
         pid = s.summary["processes"][0]["pid"]
         self.assertEqual(s.summary["memory"]["outstanding_device_bytes"], {str(pid): 4096})
@@ -116,8 +125,10 @@ class SimulatedRuntime(EacgmTest):
         self.assertEqual(s.returncode, 0, s.stderr)
         pids = [p["pid"] for p in s.summary["processes"]]
         self.assertEqual(len(pids), 2)
-        per_pid = dict(s.rows("SELECT pid, COUNT(*) FROM calls GROUP BY pid"))
+        per_pid = dict(s.rows("SELECT pid, COUNT(*) FROM calls WHERE layer = 'cuda' GROUP BY pid"))
         self.assertEqual(per_pid, {pid: len(BASIC_SEQUENCE) for pid in pids})
+        per_pid = dict(s.rows("SELECT pid, COUNT(*) FROM calls WHERE layer = 'driver' GROUP BY pid"))
+        self.assertEqual(per_pid, {pid: sum(BASIC_SEQUENCE_DRIVER_CALLS.values()) for pid in pids})
         child = [p for p in s.summary["processes"] if p["ppid"] in pids][0]
         self.assertEqual(child["exit"]["code"], 0)
         self.assertEqual(s.summary["memory"]["outstanding_device_bytes"],
