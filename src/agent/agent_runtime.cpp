@@ -6,6 +6,7 @@
 
 #include "agent/privileges.h"
 #include "common/exit_codes.h"
+#include "probes/library_finder.h"
 
 namespace eacgm {
 
@@ -150,7 +151,8 @@ void AgentRuntime::settle_layer_statuses() {
     }
     state.libraries.clear();
     for (const TracedLibrary& lib : tracer_->libraries()) {
-      if (lib.layer == layer) state.libraries.push_back(lib.path);
+      // Probed through /proc/PID/root; named as the job knows the file.
+      if (lib.layer == layer) state.libraries.emplace_back(path_seen_by_process(lib.path));
     }
     std::string_view prefix = layer_name(layer);
     for (const LayerLibrary& lib : layer_libraries()) {

@@ -21,6 +21,7 @@
 #include "common/atomic_file.h"
 #include "common/clock.h"
 #include "common/json_text.h"
+#include "probes/library_finder.h"
 #include "python/python_binary.h"
 #include "python/python_layouts.h"
 #include "reader/decoder.h"
@@ -190,7 +191,7 @@ void Recorder::find_interpreter(uint32_t pid, const std::vector<MappedFile>& fil
   if (probes_->layer_problem(Layer::kPython)) return;  // its programs did not load: said then
   for (const MappedFile& file : files) {
     if (!file.executable || not_interpreters_.contains(file.id)) continue;
-    const std::string path = fmt::format("/proc/{}/root{}", pid, file.path);
+    const std::string path = path_in_root_of(pid, file.path);
     auto interpreter = inspect_interpreter(path);
     if (!interpreter) {
       warn(interpreter.error().message);
@@ -244,7 +245,7 @@ void Recorder::check_libraries(uint32_t pid, const std::vector<MappedFile>& file
     if (known == library_builds_.end()) {
       // Read through /proc/PID/root: the target may live in another mount namespace.
       std::optional<LibraryBuild> build =
-          identify_library(file.path, file.id, fmt::format("/proc/{}/root{}", pid, file.path));
+          identify_library(file.path, file.id, path_in_root_of(pid, file.path));
       if (!build) continue;
       known = library_builds_.emplace(file.id, std::move(*build)).first;
     }
@@ -448,7 +449,7 @@ void Recorder::attach_mapped_libraries(uint32_t pid) {
   for (const MappedFile& file : *files) {
     if (!file.executable) continue;
     if (layers_.contains(Layer::kTorch) && is_unwinder_library(file.path)) {
-      auto guarded = probes_->attach_unwind_guard(fmt::format("/proc/{}/root{}", pid, file.path));
+      auto guarded = probes_->attach_unwind_guard(path_in_root_of(pid, file.path));
       if (!guarded) warn(guarded.error().message);
       continue;
     }
@@ -456,7 +457,7 @@ void Recorder::attach_mapped_libraries(uint32_t pid) {
     if (!layer || !layers_.contains(*layer)) continue;
     mapped_layers_.insert(*layer);
     // Through /proc/PID/root so a target in another mount namespace works too.
-    const std::string path = fmt::format("/proc/{}/root{}", pid, file.path);
+    const std::string path = path_in_root_of(pid, file.path);
     auto attached = probes_->attach_library(*layer, path);
     if (!attached) warn(attached.error().message);
   }

@@ -179,6 +179,21 @@ Result<std::vector<MappedFile>> mapped_files(uint32_t pid) {
   return parse_maps(text.value());
 }
 
+std::string path_in_root_of(uint32_t pid, std::string_view path) {
+  return "/proc/" + std::to_string(pid) + "/root" + std::string(path);
+}
+
+std::string_view path_seen_by_process(std::string_view path) {
+  constexpr std::string_view kProc = "/proc/";
+  constexpr std::string_view kRoot = "/root/";
+  if (!path.starts_with(kProc)) return path;
+  const size_t digits_end = path.find_first_not_of("0123456789", kProc.size());
+  if (digits_end == kProc.size() || digits_end == std::string_view::npos ||
+      path.substr(digits_end, kRoot.size()) != kRoot)
+    return path;
+  return path.substr(digits_end + kRoot.size() - 1);  // from the root's "/"
+}
+
 std::optional<FileId> file_id(const std::string& path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) return std::nullopt;

@@ -55,6 +55,14 @@ Result<std::vector<MappedFile>> mapped_files(uint32_t pid);
 // Same, from the text of a maps file.
 std::vector<MappedFile> parse_maps(std::string_view maps_text);
 
+// `path`, as process `pid` names it, reached through /proc/PID/root: the same file from here even
+// when the process lives in another mount namespace (a container).
+std::string path_in_root_of(uint32_t pid, std::string_view path);
+
+// The name a process knows a file by: `path` less a /proc/PID/root prefix
+// ("/proc/42/root/usr/lib/libcuda.so.1" -> "/usr/lib/libcuda.so.1"); any other path unchanged.
+std::string_view path_seen_by_process(std::string_view path);
+
 // dev/inode of the file `path` resolves to (following symlinks); nullopt if it does not exist.
 std::optional<FileId> file_id(const std::string& path);
 

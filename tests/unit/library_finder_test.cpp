@@ -126,6 +126,21 @@ TEST(FileIdTest, FollowsSymlinks) {
   EXPECT_EQ(file_id(dir.path().string() + "/missing"), std::nullopt);
 }
 
+TEST(ProcessRootTest, APathThroughTheRootOfAProcessReachesTheSameFile) {
+  const std::string own = path_in_root_of(static_cast<uint32_t>(getpid()), "/proc/self/exe");
+  EXPECT_EQ(own, "/proc/" + std::to_string(getpid()) + "/root/proc/self/exe");
+  EXPECT_EQ(file_id(own), file_id("/proc/self/exe"));
+}
+
+TEST(ProcessRootTest, OutputsNameFilesAsTheProcessKnowsThem) {
+  EXPECT_EQ(path_seen_by_process("/proc/42/root/usr/lib/libcuda.so.1"), "/usr/lib/libcuda.so.1");
+  EXPECT_EQ(path_seen_by_process(path_in_root_of(7, "/a/b")), "/a/b");
+  // Anything else is left as it is.
+  for (const char* other : {"/usr/lib/libcuda.so.1", "/proc/self/root/x", "/proc//root/x",
+                            "/proc/42/rootx/y", "/proc/42", "/proc/42/root", "relative/path", ""})
+    EXPECT_EQ(path_seen_by_process(other), other) << other;
+}
+
 // --- /proc/PID/environ ------------------------------------------------------------------------
 
 // /proc/PID/environ shows the environment the process was exec'ed with (setenv(3) afterwards is
