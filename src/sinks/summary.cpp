@@ -355,6 +355,30 @@ void kernel_report(const KernelTable& kernels, Layer layer, Line& line) {
   }
 }
 
+// A layer's calls made inside a call of the layer built on it (the driver calls the CUDA runtime
+// makes): one line, most made first, since they are that call's own work and counted there.
+template <typename Line>
+void inner_calls_report(const std::map<std::string, uint64_t, std::less<>>& inner, Line& line) {
+  std::vector<std::pair<uint64_t, std::string_view>> by_count;
+  uint64_t total = 0;
+  for (const auto& [name, n] : inner) {
+    by_count.emplace_back(n, name);
+    total += n;
+  }
+  std::stable_sort(by_count.begin(), by_count.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  constexpr size_t kShown = 5;
+  std::vector<std::string> shown;
+  for (size_t i = 0; i < std::min(kShown, by_count.size()); ++i)
+    shown.push_back(fmt::format("{} {}", by_count[i].second, by_count[i].first));
+  line(fmt::format("  {} calls made inside traced runtime calls (counted there, not below): {}{}",
+                   total, fmt::join(shown, ", "),
+                   by_count.size() > kShown
+                       ? fmt::format(" and {} more API{}", by_count.size() - kShown,
+                                     by_count.size() - kShown > 1 ? "s" : "")
+                       : ""));
+}
+
 // The python layer: where the threads that work spend their time. A function's time is summed
 // over the threads that ran it; the time threads spent idle (waiting on a queue, a condition or
 // a selector for work to be handed to them) is left out, or idle workers outrank the hotspot.
@@ -485,8 +509,9 @@ std::string text_report(const Session& s) {
     if (const uint64_t unwound = state.extra.value("calls_unwound", uint64_t{0}); unwound > 0) {
       line(fmt::format("  {} calls left by a C++ exception, not by a return: not timed", unwound));
     }
+    if (!state.inner_calls.empty()) inner_calls_report(state.inner_calls, line);
     if (state.calls.empty()) {
-      line("  no calls");
+      if (state.inner_calls.empty()) line("  no calls");
       continue;
     }
     // Costliest first: torch operators by self time (an operator's total holds the operators it

@@ -137,6 +137,25 @@ TEST(Summary, IsWrittenWhateverBytesTheTargetsNamesHold) {
   EXPECT_EQ(function.value()["file"], replacement + ".py");
 }
 
+// A driver layer whose calls were all made by the runtime still says what they were, most made
+// first, rather than "no calls".
+TEST(Summary, TheReportNamesTheDriverCallsMadeInsideRuntimeCalls) {
+  Session s;
+  LayerState& driver = s.layers[Layer::kDriver];
+  driver.status = LayerStatus::kActive;
+  driver.loaded_by_job = true;
+  driver.libraries = {"/usr/lib/x86_64-linux-gnu/libcuda.so.1"};
+  driver.inner_calls = {{"cuCtxSynchronize", 4}, {"cuLaunchKernel", 200}, {"cuMemAlloc_v2", 30},
+                        {"cuMemFree_v2", 29},    {"cuMemcpyHtoD_v2", 8},  {"cuInit", 1}};
+  const std::string report = text_report(s);
+  EXPECT_NE(report.find("[driver] 1 library traced\n  272 calls made inside traced runtime calls "
+                        "(counted there, not below): cuLaunchKernel 200, cuMemAlloc_v2 30, "
+                        "cuMemFree_v2 29, cuMemcpyHtoD_v2 8, cuCtxSynchronize 4 and 1 more API\n"),
+            std::string::npos)
+      << report;
+  EXPECT_EQ(report.find("no calls"), std::string::npos) << report;
+}
+
 }  // namespace
 }  // namespace eacgm
 
