@@ -213,6 +213,7 @@ void OsMonitor::on_process(uint32_t pid, const std::string& comm, uint64_t start
 
 void OsMonitor::on_process_exit(uint32_t pid) {
   if (auto it = activity_.mmap.find(pid); it != activity_.mmap.end()) it->second.exited = true;
+  stopped_by_eacgm_.erase(pid);  // a dead child stops no more
 }
 
 void OsMonitor::forget_process(uint32_t pid) {
@@ -225,6 +226,7 @@ void OsMonitor::forget_process(uint32_t pid) {
   comms_.erase(pid);
   storms_.erase(pid);
   signal_by_number_.erase(pid);
+  stopped_by_eacgm_.erase(pid);
   oom_by_pid_.erase(pid);
   libraries_.erase(pid);
   std::erase_if(conflicts_reported_, [pid](const auto& key) { return key.first == pid; });
@@ -247,6 +249,7 @@ OsMonitor::Footprint OsMonitor::footprint() const {
   add_keys(comms_);
   add_keys(storms_);
   add_keys(signal_by_number_);
+  pids.insert(stopped_by_eacgm_.begin(), stopped_by_eacgm_.end());
   add_keys(oom_by_pid_);
   add_keys(libraries_);
   add_keys(conflicts_reported_);
@@ -270,7 +273,16 @@ bool OsMonitor::on_signal(const SignalEvent& e) {
   if (e.sig == SIGCONT && options_.self_pid != 0 && e.sender_pid == options_.self_pid) {
     return false;
   }
-  if (e.sig == SIGSTOP && e.code == kSiKernel && e.sender_pid == e.pid) return false;
+  if (e.sig == SIGSTOP && e.code == kSiKernel && e.sender_pid == e.pid) {
+    stopped_by_eacgm_.insert(e.pid);
+    return false;
+  }
+  // The kernel tells a parent when its child stops and continues: for a child paused at a loader
+  // stop, that is eacgm's doing too (a job whose ranks load CUDA would list a dozen of these).
+  if (e.sig == SIGCHLD && (e.code == CLD_STOPPED || e.code == CLD_CONTINUED) &&
+      stopped_by_eacgm_.contains(e.sender_pid)) {
+    return false;
+  }
   ++events_;
   if (activity_.signals.size() < options_.max_signals) {
     activity_.signals.push_back(e);

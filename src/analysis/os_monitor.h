@@ -119,7 +119,8 @@ class OsMonitor {
   void forget_process(uint32_t pid);
 
   // Returns false for signals that are eacgm's own doing (the loader stop's
-  // SIGSTOP and the SIGCONT that ends it): not the job's business.
+  // SIGSTOP, the SIGCONT that ends it, and the SIGCHLDs that tell the
+  // paused process's parent it stopped and continued): not the job's business.
   bool on_signal(const SignalEvent& event);
   void on_oom_kill(const OomKillEvent& event);
   void on_mmap(const MmapEvent& event);
@@ -168,6 +169,7 @@ class OsMonitor {
   std::map<uint32_t, std::string> comms_;  // for messages
   std::map<uint32_t, MmapStormDetector> storms_;
   std::map<uint32_t, std::map<int, SignalEvent>> signal_by_number_;  // pid -> sig -> last
+  std::set<uint32_t> stopped_by_eacgm_;  // pids paused at a loader stop, until they exit
   std::map<uint32_t, OomKillEvent> oom_by_pid_;
   std::map<uint32_t, std::map<std::string, LibraryBuild>> libraries_;  // pid -> family -> first
   std::set<std::pair<uint32_t, std::string>> conflicts_reported_;

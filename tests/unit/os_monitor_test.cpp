@@ -185,6 +185,30 @@ TEST(OsMonitor, EacgmsOwnStopAndResumeAreNotTheJobsSignals) {
   EXPECT_EQ(e.cause, "killed by SIGTERM from pid 42 (eacgm)");
 }
 
+// A rank paused at a loader stop makes its parent (the launcher) get a SIGCHLD when it stops and
+// one when eacgm continues it: eacgm's doing. Its exit, and another child's stop, are the job's.
+TEST(OsMonitor, TheParentsSigchldsOfALoaderStopAreNotTheJobsSignals) {
+  OsMonitor::Options options;
+  options.self_pid = 42;
+  OsMonitor os(options);
+  const uint32_t launcher = 10, rank = 11, other = 12;
+  EXPECT_FALSE(os.on_signal(kill_signal(rank, SIGSTOP, rank, "rank", kSiKernel)));
+  EXPECT_FALSE(os.on_signal(kill_signal(launcher, SIGCHLD, rank, "rank", CLD_STOPPED)));
+  EXPECT_FALSE(os.on_signal(kill_signal(rank, SIGCONT, 42, "eacgm")));
+  EXPECT_FALSE(os.on_signal(kill_signal(launcher, SIGCHLD, rank, "rank", CLD_CONTINUED)));
+  // A child stopped by someone else, and the paused child's exit.
+  EXPECT_TRUE(os.on_signal(kill_signal(other, SIGSTOP, 77, "bash")));
+  EXPECT_TRUE(os.on_signal(kill_signal(launcher, SIGCHLD, other, "other", CLD_STOPPED)));
+  EXPECT_TRUE(os.on_signal(kill_signal(launcher, SIGCHLD, rank, "rank", CLD_EXITED)));
+  EXPECT_EQ(os.activity().signals.size(), 3u);
+  // Once it has exited nothing is kept of it; a new process with its pid starts afresh.
+  os.on_process_exit(rank);
+  os.forget_process(launcher);
+  os.forget_process(other);
+  EXPECT_EQ(os.footprint().processes, 0u);
+  EXPECT_TRUE(os.on_signal(kill_signal(launcher, SIGCHLD, rank, "rank", CLD_STOPPED)));
+}
+
 MmapEvent mapping(MmapEvent::Op op, uint64_t addr, uint64_t len, uint32_t flags = 0x22,
                   uint32_t prot = 3) {
   MmapEvent m;
