@@ -58,11 +58,7 @@ class ServeTargets {
         tracer_(runtime.tracer()),
         metrics_(metrics),
         cgroup_(std::move(cgroup)),
-        self_(static_cast<uint32_t>(getpid())) {
-    bpf_layers_ = runtime.options().layers;
-    bpf_layers_.erase(Layer::kGpu);
-    bpf_layers_.erase(Layer::kOs);  // tracepoints: no library to look for
-  }
+        self_(static_cast<uint32_t>(getpid())) {}
 
   // A process the kernel noticed as it mapped a traced library (Recorder::NoticeHandler): it is
   // followed from now on unless it is outside the cgroup.
@@ -86,7 +82,7 @@ class ServeTargets {
         checked.insert(*it);
         continue;
       }
-      if (!in_cgroup(pid) || !maps_traced_library(pid, bpf_layers_)) {
+      if (!in_cgroup(pid) || !maps_traced_library(pid, runtime_.options().layers)) {
         checked.emplace(pid, now_ns);
         continue;
       }
@@ -166,7 +162,6 @@ class ServeTargets {
   ServeMetrics& metrics_;
   std::optional<std::string> cgroup_;
   uint32_t self_;
-  std::set<Layer> bpf_layers_;
   std::map<uint32_t, uint64_t> checked_;  // pid -> when it was found to map nothing traced
   std::map<uint32_t, std::pair<std::vector<std::string>, ServedProcess>> identities_;
 };

@@ -32,7 +32,8 @@ Result<std::string> resolve_cgroup(const std::string& arg);
 
 // Every process id in /proc.
 std::vector<uint32_t> list_pids();
-// Whether `pid` maps a library of one of `layers` (false when it is gone).
+// Whether `pid` maps a library of one of `layers` (false when it is gone). Layers found otherwise
+// (python by its interpreter, os by tracepoints, gpu through NVML) match no library.
 bool maps_traced_library(uint32_t pid, const std::set<Layer>& layers);
 
 // Rank, job and cgroup of `pid` from /proc/PID/environ and /proc/PID/cgroup.
