@@ -22,14 +22,8 @@ import time
 import urllib.request
 import uuid
 
-
-def cgroup2_root():
-    with open("/proc/self/mounts") as f:
-        for line in f:
-            fields = line.split()
-            if fields[2] == "cgroup2":
-                return fields[1]
-    sys.exit("serve_straggler: no cgroup2 mount")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "lib"))
+from eacgm_testlib import cgroup2_root  # noqa: E402
 
 
 def free_port():
@@ -56,7 +50,8 @@ def metric(text, name, **labels):
 
 
 def one_run(args, log_dir):
-    cg = os.path.join(cgroup2_root(), f"eacgm-bench-{uuid.uuid4().hex[:8]}")
+    cg = os.path.join(cgroup2_root() or sys.exit("serve_straggler: no cgroup2 mount"),
+                      f"eacgm-bench-{uuid.uuid4().hex[:8]}")
     os.mkdir(cg)
     port = free_port()
     log = open(os.path.join(log_dir, f"serve-{port}.log"), "w+")

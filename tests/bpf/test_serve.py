@@ -27,7 +27,7 @@ import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 import eacgm_testlib  # noqa: E402
-from eacgm_testlib import (EACGM, SIM_LIB_DIR, SIMNCCL_JOB, SIMTRAIN, EacgmTest,  # noqa: E402
+from eacgm_testlib import (EACGM, SIM_LIB_DIR, cgroup2_root, SIMNCCL_JOB, SIMTRAIN, EacgmTest,  # noqa: E402
                            bpf_links_of, links_left, require_root)
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
@@ -55,15 +55,6 @@ def free_port():
 def http_get(url, timeout=5):
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return r.read().decode()
-
-
-def cgroup2_root():
-    with open("/proc/self/mounts") as f:
-        for line in f:
-            fields = line.split()
-            if fields[2] == "cgroup2":
-                return fields[1]
-    return None
 
 
 def parse_metrics(text):

@@ -22,6 +22,16 @@ SIMTRAIN = os.path.join(SIM_BIN_DIR, "simtrain")
 SIMNCCL_JOB = os.path.join(SIM_BIN_DIR, "simnccl_job")
 REAL_NCCL = "/usr/local/cuda/lib64/libnccl.so.2"
 
+def cgroup2_root():
+    """Where the cgroup v2 hierarchy is mounted, or None."""
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            fields = line.split()
+            if fields[2] == "cgroup2":
+                return fields[1]
+    return None
+
+
 # The calls cuda_calls' "basic" sequence makes, in order (see its source).
 BASIC_SEQUENCE = [
     "cudaMalloc", "cudaMalloc", "cudaMalloc", "cudaMemcpy", "cudaMemset", "cudaLaunchKernel",
