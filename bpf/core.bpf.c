@@ -77,6 +77,16 @@ const volatile __u8 notice_new = 0;
  * address in ip). */
 const volatile __s64 r_debug_from_probe = 0;
 const volatile char notice_prefix[EACGM_NOTICE_PREFIXES][EACGM_NOTICE_PREFIX_LEN] = {};
+/* serve --cgroup: only processes in that cgroup (or below) are noticed, so a
+ * job elsewhere on the node is never stopped for a notice it would be passed
+ * over at. User space puts the cgroup in notice_cgroup's slot 0. */
+const volatile __u8 notice_in_cgroup = 0;
+struct {
+  __uint(type, BPF_MAP_TYPE_CGROUP_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, __u32);
+} notice_cgroup SEC(".maps");
 
 /* Processes noticed once, by their start time (a pid is reused): never
  * looked at again. The taken are targets; the passed over are left alone for
@@ -178,6 +188,7 @@ int BPF_KPROBE(on_dl_debug_state) {
   __u32 kind = EACGM_EV_DL_STOP;
   if (!eacgm_is_target(tgid)) {
     if (!notice_new) return 0;
+    if (notice_in_cgroup && bpf_current_task_under_cgroup(&notice_cgroup, 0) != 1) return 0;
     struct task_struct* task = bpf_get_current_task_btf();
     const __u64 started = BPF_CORE_READ(task, group_leader, start_time);
     const __u64* seen = bpf_map_lookup_elem(&noticed, &tgid);

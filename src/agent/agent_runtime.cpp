@@ -67,7 +67,8 @@ std::optional<int> AgentRuntime::open() {
                               .verbose = options_.verbose,
                               .torch_ops = std::move(*torch_ops),
                               .duty_cycle = options_.overhead_budget_pct.has_value(),
-                              .notice_libraries = std::move(notice)},
+                              .notice_libraries = std::move(notice),
+                              .notice_cgroup_dir = mode_.notice_cgroup_dir},
                              [this](std::span<const std::byte> d) { recorder_.handle(d); });
   if (!tracer) return fail(kExitUsage, tracer.error().message);
   tracer_ = std::move(*tracer);

@@ -40,6 +40,8 @@ struct AgentMode {
   // serve: a process that maps a library of a traced layer becomes a target as it maps it
   // (Tracer::Options::notice_libraries); Recorder::set_notice_handler decides which to keep.
   bool notice_libraries = false;
+  // Only processes in this cgroup directory are noticed (Tracer::Options::notice_cgroup_dir).
+  std::string notice_cgroup_dir;
   // The trap cost (OverheadMeter) is measured at start-up, once a boot, where the mode has no
   // end to measure it after (serve); record and attach measure it after the job, not beside it.
   bool trap_cost_at_start = false;

@@ -180,7 +180,10 @@ int run_serve(const ServeOptions& options) {
 
   // Before any thread exists (HTTP, NVML sampler), so the signals reach only the signalfd.
   const LoopSignals signals{SIGINT, SIGTERM, SIGHUP};
-  AgentRuntime runtime(options.agent, serve_mode());
+  AgentMode mode = serve_mode();
+  // A job outside the cgroup is not even stopped to be looked at.
+  if (cgroup) mode.notice_cgroup_dir = cgroup_directory(*cgroup).value_or("");
+  AgentRuntime runtime(options.agent, mode);
   if (auto code = runtime.open()) return *code;
   auto owned_metrics = std::make_unique<ServeMetrics>(ServeMetrics::Options{}, EACGM_VERSION);
   ServeMetrics& metrics = *owned_metrics;

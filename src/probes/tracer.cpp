@@ -3,6 +3,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <poll.h>
@@ -398,6 +399,8 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
           fmt::format("new processes are found by the /proc scan only (a job's first calls may "
                       "come before it): {}",
                       r.error().message));
+    } else if (!options.notice_cgroup_dir.empty()) {
+      p.core->rodata->notice_in_cgroup = 1;
     }
   }
   if (tracer->multi_) {
@@ -406,6 +409,24 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
   }
   if (int err = eacgm_core__load(p.core); err) {
     return Error{libbpf_error("cannot load the core BPF program (is the kernel BTF valid?)", err)};
+  }
+  if (p.core->rodata->notice_in_cgroup) {
+    // The map holds the cgroup itself: the directory's descriptor can go at once.
+    const int cgroup_fd = ::open(options.notice_cgroup_dir.c_str(), O_RDONLY | O_DIRECTORY);
+    const uint32_t slot = 0;
+    const int err = cgroup_fd < 0 ? errno
+                    : bpf_map_update_elem(bpf_map__fd(p.core->maps.notice_cgroup), &slot,
+                                          &cgroup_fd, BPF_ANY) != 0
+                        ? errno
+                        : 0;
+    if (cgroup_fd >= 0) close(cgroup_fd);
+    if (err != 0) {
+      // With its slot empty the program notices nobody: the /proc scan still finds the job.
+      tracer->warnings_.push_back(fmt::format(
+          "new processes are found by the /proc scan only (a job's first calls may come before "
+          "it): cannot give the kernel the cgroup {}: {}",
+          options.notice_cgroup_dir, std::strerror(err)));
+    }
   }
   // Targets the kernel makes itself (forks, serve's notice) are in the map before eacgm hears
   // of them: the guardian reads it should eacgm die.

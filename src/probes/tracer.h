@@ -54,6 +54,9 @@ class Tracer : public ProbeControl {
     // a process that is not a target yet makes it one, stopped like a target's dlopen, with a
     // ProcEvent::kNotice (bpf/core.bpf.c). Empty: off. At most EACGM_NOTICE_PREFIXES.
     std::vector<std::string> notice_libraries = {};
+    // serve --cgroup: the cgroup's directory (under the cgroup v2 mount). Only processes in it
+    // (or below) are noticed; one elsewhere is never stopped. Empty: every process.
+    std::string notice_cgroup_dir = {};
   };
   using EventHandler = std::function<void(std::span<const std::byte>)>;
 

@@ -86,6 +86,12 @@ Result<std::string> resolve_cgroup(const std::string& arg) {
                            arg, *mount)};
 }
 
+std::optional<std::string> cgroup_directory(const std::string& cgroup) {
+  const std::optional<std::string> mount = cgroup2_mount(read_file("/proc/self/mounts"));
+  if (!mount) return std::nullopt;
+  return cgroup == "/" ? *mount : *mount + cgroup;
+}
+
 std::vector<uint32_t> list_pids() {
   std::vector<uint32_t> pids;
   if (DIR* proc = opendir("/proc")) {

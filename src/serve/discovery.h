@@ -29,6 +29,9 @@ bool cgroup_within(std::string_view path, std::string_view root);
 // relative to its root. Returns the cgroup path ("/a/b"), or an error that
 // says what is wrong.
 Result<std::string> resolve_cgroup(const std::string& arg);
+// The directory of `cgroup` (a path below the hierarchy's root, as resolve_cgroup gives it) under
+// the cgroup v2 mount; nullopt when no hierarchy is mounted.
+std::optional<std::string> cgroup_directory(const std::string& cgroup);
 
 // Every process id in /proc.
 std::vector<uint32_t> list_pids();

@@ -468,6 +468,21 @@ class ServeNotice(ServeFixture):
                              f"run {run}: {json.dumps(listed, indent=1)}")
         self.assertEqual(self.metrics(serve)[("eacgm_events_dropped_total", frozenset())], 0)
 
+    def test_a_job_outside_the_cgroup_is_never_stopped(self):
+        # serve's notice stops a process as it maps a traced library, to trace it from its first
+        # call. With --cgroup, a job elsewhere on the node must not pay that pause: the kernel
+        # side looks only at processes in the cgroup. `record` (its os layer sees every signal
+        # its job gets) runs a job outside while serve watches an empty cgroup.
+        cg = self.cgroup()
+        serve = self.serve(free_port(), cg)
+        s = self.record([SIMTRAIN, "--ranks", "2", "--steps", "5"], "--layers", "cuda,os")
+        self.assertEqual(s.returncode, 0, s.stderr)
+        self.assertEqual(s.count("cudaLaunchKernel"), 2 * 5 * 5)
+        from_serve = s.rows("SELECT pid, name FROM os_events WHERE kind = 'signal' AND "
+                            "json_extract(detail, '$.sender_pid') = ?", serve.pid)
+        self.assertEqual(from_serve, [], self.log_of(serve))
+        self.assertEqual(self.traced_pids(serve), set())
+
     def test_a_job_noticed_as_serve_dies_is_resumed_by_the_guardian(self):
         # serve frozen: the kernel still notices the job and stops it, and serve never hears of
         # it. Killed then, serve leaves the job to its guardian, which reads the targets map.
