@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What a C++ exception thrown through a traced PyTorch operator costs under the torch layer
 # (docs/PERFORMANCE.md): the job pauses at the start of unwinding while eacgm puts back the
-# return addresses the return probes replaced (bpf/torch.bpf.c on_unwind_start). Times, in the
+# return addresses the return probes replaced (src/layers/torch/torch.bpf.c on_unwind_start). Times, in the
 # job, N calls of torch.mm on shapes that do not fit (each raises c10::Error, caught in Python)
 # and N calls that succeed, run plain and under `eacgm record --layers torch --torch-ops mm`,
 # RUNS times each, interleaved; prints the medians per call and what tracing adds.

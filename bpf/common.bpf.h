@@ -82,7 +82,7 @@ static __always_inline void eacgm_count_drop(void) {
   if (n) __sync_fetch_and_add(n, 1);
 }
 
-#include "bpf/python_walk.bpf.h"
+#include "layers/python/python_walk.bpf.h"
 
 /* bpf_get_current_pid_tgid()'s value, read from the task: two loads instead
  * of a helper call. Every kernel call and return is dear on these machines

@@ -76,17 +76,17 @@ enum eacgm_event_kind {
   /* a traced call has started (only for rows that ask: calls that may never
    * return, like a hung collective); struct eacgm_call, duration and ret 0 */
   EACGM_EV_CALL_BEGIN = 6,
-  /* os layer (bpf/os.bpf.c) */
+  /* os layer (src/layers/os/os.bpf.c) */
   EACGM_EV_SIGNAL = 7,   /* a signal was generated for a target: struct eacgm_signal */
   EACGM_EV_OOM_KILL = 8, /* the OOM killer chose a target: struct eacgm_oom */
   EACGM_EV_MMAP = 9,     /* a finished mmap, munmap or mremap: struct eacgm_mmap */
   EACGM_EV_IOCTL = 10,   /* a finished ioctl on a watched device: struct eacgm_ioctl */
-  /* python layer (bpf/python.bpf.c) */
+  /* python layer (src/layers/python/python.bpf.c) */
   EACGM_EV_PY_SAMPLE = 11,    /* one thread's Python stack: struct eacgm_py_sample */
   EACGM_EV_PY_CODE = 12,      /* a code object seen for the first time: struct eacgm_py_code */
   EACGM_EV_PY_FUNCTION = 13,  /* a (file, name) pair the USDT probes saw first: struct eacgm_py_function */
   EACGM_EV_PY_GC = 14,        /* one garbage collection: struct eacgm_py_gc */
-  /* torch layer (bpf/torch.bpf.c) */
+  /* torch layer (src/layers/torch/torch.bpf.c) */
   EACGM_EV_UNWIND_STOP = 15, /* a thread began unwinding across return probes and was stopped: struct eacgm_unwind_stop */
   /* a traced call gave a handle a name (a kernel's, from __cudaRegisterFunction,
    * cuModuleGetFunction, cuLibraryGetKernel): struct eacgm_name */

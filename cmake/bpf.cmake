@@ -1,4 +1,4 @@
-# Builds bpf/<name>.bpf.c into a CO-RE object and a libbpf skeleton header
+# Builds a BPF program (bpf/<name>.bpf.c, or SOURCE) into a CO-RE object and a libbpf skeleton header
 # (<name>.skel.h) with clang and bpftool, against a vmlinux.h generated from
 # the running kernel's BTF.
 
@@ -39,11 +39,11 @@ function(eacgm_bpf_skeleton name)
   endif()
   set(obj ${EACGM_BPF_OUT_DIR}/${name}.bpf.o)
   set(skel ${EACGM_BPF_OUT_DIR}/${name}.skel.h)
-  file(GLOB bpf_headers ${CMAKE_SOURCE_DIR}/bpf/*.h)
+  file(GLOB bpf_headers ${CMAKE_SOURCE_DIR}/bpf/*.h ${CMAKE_SOURCE_DIR}/src/layers/*/*.bpf.h)
   add_custom_command(
     OUTPUT ${obj}
     COMMAND ${BPF_CLANG} -g -O2 -target bpf -D__TARGET_ARCH_x86 -Wall -Werror
-            -I${EACGM_BPF_OUT_DIR} -I${CMAKE_SOURCE_DIR}
+            -I${EACGM_BPF_OUT_DIR} -I${CMAKE_SOURCE_DIR} -I${CMAKE_SOURCE_DIR}/src
             -idirafter /usr/include/x86_64-linux-gnu
             -c ${src} -o ${obj}
     COMMAND ${LLVM_STRIP} -g ${obj}

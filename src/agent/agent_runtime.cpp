@@ -53,13 +53,14 @@ std::optional<int> AgentRuntime::open() {
   os_monitor.self_pid = static_cast<uint32_t>(getpid());
   recorder_.configure_os({.ioctl_devices = options_.ioctl_devices, .monitor = os_monitor});
 
-  std::set<Layer> bpf_layers = options_.layers;
-  bpf_layers.erase(Layer::kGpu);  // NVML, read from user space: no BPF program
+  std::set<Layer> bpf_layers;
   std::vector<std::string> notice;
-  if (mode_.notice_libraries) {
-    for (const LayerLibrary& lib : layer_libraries()) {
-      if (bpf_layers.contains(lib.layer)) notice.emplace_back(lib.file_prefix);
-    }
+  for (Layer layer : options_.layers) {
+    const LayerInfo& info = layer_info(layer);
+    if (info.source == LayerSource::kUserSpace) continue;  // read from user space: no BPF
+    bpf_layers.insert(layer);
+    if (mode_.notice_libraries)
+      notice.insert(notice.end(), info.libraries.begin(), info.libraries.end());
   }
   auto tracer = Tracer::open({.layers = bpf_layers,
                               .stop_on_dlopen = options_.stop_on_dlopen,
@@ -128,65 +129,67 @@ void AgentRuntime::stop() {
 
 void AgentRuntime::settle_layer_statuses() {
   for (Layer layer : options_.layers) {
+    const LayerInfo& info = layer_info(layer);
     LayerState& state = session_.layers[layer];
-    if (layer == Layer::kGpu) continue;  // GpuLayer::finish says, called by finish_sinks()
     const std::optional<std::string> problem = tracer_->layer_problem(layer);
-    if (layer == Layer::kPython) {  // interpreters, not a library of a known name
-      if (problem) {
-        // Its programs did not load when the first interpreter was found.
-        state.status = LayerStatus::kUnavailable;
-        state.reason = *problem;
-      } else if (recorder_.layer_mapped(layer)) {
-        state.status = LayerStatus::kActive;  // its interpreters: set by finish_sinks()
-        state.reason.clear();
-      } else {
-        state.status = LayerStatus::kUnavailable;
-        state.reason = "no traced process runs a CPython interpreter (3.8 to 3.13)";
-      }
-      continue;
+    switch (info.source) {
+      case LayerSource::kUserSpace:  // its reader says (GpuLayer::finish, from finish_sinks())
+        continue;
+      case LayerSource::kTracepoints:  // no library to find
+        state.status = problem ? LayerStatus::kUnavailable : LayerStatus::kActive;
+        state.reason = problem.value_or("");
+        continue;
+      case LayerSource::kInterpreters:  // not a library of a known name
+        if (problem) {
+          // Its programs did not load when the first interpreter was found.
+          state.status = LayerStatus::kUnavailable;
+          state.reason = *problem;
+        } else if (recorder_.layer_mapped(layer)) {
+          state.status = LayerStatus::kActive;  // its interpreters: set by finish_sinks()
+          state.reason.clear();
+        } else {
+          state.status = LayerStatus::kUnavailable;
+          state.reason = "no traced process runs a CPython interpreter (3.8 to 3.13)";
+        }
+        continue;
+      case LayerSource::kLibraries:
+        settle_library_layer(info, state, problem);
+        continue;
     }
-    if (layer == Layer::kOs) {  // tracepoints: no library to find
-      state.status = problem ? LayerStatus::kUnavailable : LayerStatus::kActive;
-      state.reason = problem.value_or("");
-      continue;
-    }
+  }
+}
+
+void AgentRuntime::settle_library_layer(const LayerInfo& info, LayerState& state,
+                                        const std::optional<std::string>& problem) {
+  state.libraries.clear();
+  for (const TracedLibrary& lib : tracer_->libraries()) {
+    // Probed through /proc/PID/root; named as the job knows the file.
+    if (lib.layer == info.id) state.libraries.emplace_back(path_seen_by_process(lib.path));
+  }
+  const std::string_view prefix = info.libraries.empty() ? info.name : info.libraries.front();
+  // Probes on a library of the search path prove nothing: the job may never load it.
+  state.loaded_by_job = recorder_.layer_mapped(info.id) || !state.calls.empty();
+  state.reason.clear();
+  if (problem) {
+    // Its programs did not load when its first library was to be probed.
+    state.status = LayerStatus::kUnavailable;
+    state.reason = *problem;
     state.libraries.clear();
-    for (const TracedLibrary& lib : tracer_->libraries()) {
-      // Probed through /proc/PID/root; named as the job knows the file.
-      if (lib.layer == layer) state.libraries.emplace_back(path_seen_by_process(lib.path));
-    }
-    std::string_view prefix = layer_name(layer);
-    for (const LayerLibrary& lib : layer_libraries()) {
-      if (lib.layer == layer) {
-        prefix = lib.file_prefix;
-        break;
-      }
-    }
-    // Probes on a library of the search path prove nothing: the job may never load it.
-    state.loaded_by_job = recorder_.layer_mapped(layer) || !state.calls.empty();
-    state.reason.clear();
-    if (problem) {
-      // Its programs did not load when its first library was to be probed.
-      state.status = LayerStatus::kUnavailable;
-      state.reason = *problem;
-      state.libraries.clear();
-    } else if (state.libraries.empty()) {
-      state.status = LayerStatus::kUnavailable;
-      state.reason = options_.stop_on_dlopen
-                         ? fmt::format("no traced process loaded {}", prefix)
-                         : fmt::format(
-                               "no {} library was found in the traced processes or on their "
-                               "library search path",
-                               prefix);
-    } else if (layer == Layer::kTorch && !state.loaded_by_job) {
-      // PyTorch installed on the machine is common; the job using it is what counts.
-      state.status = LayerStatus::kUnavailable;
-      state.reason =
-          fmt::format("no traced process loaded {} (the job does not use PyTorch)", prefix);
-      state.libraries.clear();
-    } else {
-      state.status = LayerStatus::kActive;
-    }
+  } else if (state.libraries.empty()) {
+    state.status = LayerStatus::kUnavailable;
+    state.reason = options_.stop_on_dlopen
+                       ? fmt::format("no traced process loaded {}", prefix)
+                       : fmt::format(
+                             "no {} library was found in the traced processes or on their "
+                             "library search path",
+                             prefix);
+  } else if (!info.inactive_unless_mapped.empty() && !state.loaded_by_job) {
+    state.status = LayerStatus::kUnavailable;
+    state.reason =
+        fmt::format("no traced process loaded {} ({})", prefix, info.inactive_unless_mapped);
+    state.libraries.clear();
+  } else {
+    state.status = LayerStatus::kActive;
   }
 }
 

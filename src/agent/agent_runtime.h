@@ -107,7 +107,8 @@ class AgentRuntime {
   // events read.
   void stop();
   // Each traced layer's status in the session (LayerState::status, reason, libraries), from what
-  // the tracer probed and what the targets mapped. The gpu layer's is GpuLayer::finish's.
+  // the tracer probed and what the targets mapped, by the layer's LayerSource. A layer read from
+  // user space (gpu) is its reader's: GpuLayer::finish.
   void settle_layer_statuses();
   // What tracing has cost the targets so far (session/overhead.h).
   TracingOverhead overhead(uint64_t now_ns);
@@ -119,6 +120,9 @@ class AgentRuntime {
   const GpuLayer* gpu() const { return gpu_.get(); }  // null without the gpu layer
 
  private:
+  void settle_library_layer(const LayerInfo& info, LayerState& state,
+                            const std::optional<std::string>& problem);
+
   AgentOptions options_;
   AgentMode mode_;
   Session session_;

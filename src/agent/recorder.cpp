@@ -300,8 +300,8 @@ void Recorder::cycle(uint64_t now_ns, bool final) {
   }
   if (final) {
     const DutyCycleFigures f = duty_->figures(now_ns);
-    for (Layer layer : {Layer::kCuda, Layer::kDriver, Layer::kTorch}) {
-      if (!layers_.contains(layer)) continue;
+    for (Layer layer : layers_) {
+      if (!layer_info(layer).duty_cycled) continue;
       session_.layers[layer].traced_fraction = f.traced_fraction;
       session_.layers[layer].count_scale = f.count_scale;
     }
@@ -468,11 +468,12 @@ void Recorder::attach_search_path_libraries(const std::map<std::string, std::str
   const std::vector<std::string> dirs = library_search_dirs(env);
   std::vector<std::pair<Layer, std::string>> found;
   std::set<Layer> needed;  // loaded together: each object's verification takes a while
-  for (const LayerLibrary& lib : layer_libraries()) {
-    if (!layers_.contains(lib.layer)) continue;
-    for (std::string& path : find_library_files(lib.file_prefix, dirs)) {
-      found.emplace_back(lib.layer, std::move(path));
-      needed.insert(lib.layer);
+  for (Layer layer : layers_) {
+    for (std::string_view prefix : layer_info(layer).libraries) {
+      for (std::string& path : find_library_files(prefix, dirs)) {
+        found.emplace_back(layer, std::move(path));
+        needed.insert(layer);
+      }
     }
   }
   if (auto loaded = probes_->load_layers(needed); !loaded) warn(loaded.error().message);

@@ -135,7 +135,8 @@ class ServeTargets {
     // is probed (the os layer: once its tracepoints are attached).
     runtime_.settle_layer_statuses();
     for (Layer layer : runtime_.options().layers) {
-      if (layer == Layer::kGpu) continue;  // the sampler's, set once at start-up
+      // A layer read from user space (the gpu sampler): set once at start-up.
+      if (layer_info(layer).source == LayerSource::kUserSpace) continue;
       metrics_.set_layer_active(layer, session_.layers[layer].status == LayerStatus::kActive);
     }
   }

@@ -1,5 +1,5 @@
 // Puts back the return addresses the kernel's return probes replaced in a thread that is about
-// to unwind its stack (bpf/torch.bpf.c on_unwind_start explains why the job would die
+// to unwind its stack (src/layers/torch/torch.bpf.c on_unwind_start explains why the job would die
 // otherwise). The thread's process is stopped while this runs.
 #pragma once
 

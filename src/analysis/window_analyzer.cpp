@@ -81,8 +81,7 @@ std::string suggestion_for(int feature, double z) {
 // table speaks of GPUs and collectives; a PyTorch operator on the CPU, or a job with no GPU
 // layer among its calls, gets advice about the host instead.
 std::string suggestion_for(Layer layer, int feature, double z) {
-  const bool on_gpu = layer == Layer::kCuda || layer == Layer::kDriver || layer == Layer::kNccl;
-  if (on_gpu || feature == kDeviceMemory || feature == kDeviceMemorySlope ||
+  if (layer_info(layer).on_gpu || feature == kDeviceMemory || feature == kDeviceMemorySlope ||
       feature == kCollectiveLatency || feature == kCollectiveBandwidth || feature == kErrorRate) {
     return suggestion_for(feature, z);
   }
@@ -124,7 +123,8 @@ std::string entity_name(uint32_t pid, const EntityInfo& info) {
 }  // namespace
 
 std::string latency_suggestion(Layer layer, double robust_z) {
-  return suggestion_for(layer, layer == Layer::kNccl ? kCollectiveLatency : kSyncLatency, robust_z);
+  return suggestion_for(layer, layer_info(layer).collectives ? kCollectiveLatency : kSyncLatency,
+                        robust_z);
 }
 
 std::string entity_key(const EntityInfo& info) {
@@ -325,9 +325,7 @@ void WindowAnalyzer::score(Entity& e, const Window& w, std::vector<Anomaly>& out
           100 * busy, 100 * b.busy_share_median,
           busier ? "the calls themselves got slower"
                  : fmt::format("the time between {} calls grew",
-                               a.layer == Layer::kCuda || a.layer == Layer::kDriver
-                                   ? "GPU"
-                                   : layer_name(a.layer)));
+                               layer_info(a.layer).launches_kernels ? "GPU" : layer_name(a.layer)));
       a.suggestion = suggestion_for(a.layer, kBusyShare, busier ? 1 : -1);
       out.push_back(std::move(a));
     }
@@ -371,8 +369,8 @@ void WindowAnalyzer::score(Entity& e, const Window& w, std::vector<Anomaly>& out
       Anomaly a = base_anomaly(e, w.pid, e.gmm, w);
       a.kind = "gmm";
       const int top = devs.front().feature;
-      a.layer =
-          top == kCollectiveLatency || top == kCollectiveBandwidth ? Layer::kNccl : e.main_layer;
+      const bool collective = top == kCollectiveLatency || top == kCollectiveBandwidth;
+      a.layer = collective ? collective_layer().value_or(e.main_layer) : e.main_layer;
       a.score = ll;
       a.evidence["log_likelihood"] = ll;
       a.evidence["threshold"] = b.threshold;

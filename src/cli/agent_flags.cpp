@@ -34,6 +34,14 @@ std::optional<std::set<Layer>> parse_layers(const std::string& text, std::string
   return layers;
 }
 
+std::string layer_names(bool (*keep)(const LayerInfo&)) {
+  std::vector<std::string_view> names;
+  for (const LayerInfo* layer : layer_registry()) {
+    if (!keep || keep(*layer)) names.push_back(layer->name);
+  }
+  return fmt::format("{}", fmt::join(names, ","));
+}
+
 void add_agent_flags(CLI::App* cmd, AgentOptions& options, std::string& layers,
                      const AgentFlagDefaults& defaults) {
   cmd->add_option("--layers", layers, "comma-separated layers to trace")

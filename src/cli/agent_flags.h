@@ -16,6 +16,9 @@ namespace eacgm {
 
 // "cuda,nccl" -> layers, or nullopt with `error` set: an unknown name, or none at all.
 std::optional<std::set<Layer>> parse_layers(const std::string& text, std::string& error);
+// The registered layers' names that `keep` accepts (every layer without it), joined by commas:
+// --layers' defaults and the lists in messages.
+std::string layer_names(bool (*keep)(const LayerInfo&) = nullptr);
 
 // The defaults that differ between the modes: serve samples GPUs less often and cannot take the
 // python layer (per-function figures have no bounded set of metric labels).

@@ -126,14 +126,16 @@ int run_doctor(const std::string& nvml_lib) {
     }
   }
   const std::vector<std::string> dirs = library_search_dirs(env);
-  for (const LayerLibrary& lib : layer_libraries()) {
-    const std::vector<std::string> files = find_library_files(lib.file_prefix, dirs);
-    row(layer_name(lib.layer), !files.empty(),
-        files.empty() ? fmt::format("no {}* found; libraries a job loads from elsewhere are still "
-                                    "traced when it maps them",
-                                    lib.file_prefix)
-                      : fmt::format("ready: {} file(s)", files.size()));
-    for (const std::string& f : files) fmt::print("  {:<33} {}\n", "", f);
+  for (const LayerInfo* layer : layer_registry()) {
+    for (std::string_view prefix : layer->libraries) {
+      const std::vector<std::string> files = find_library_files(prefix, dirs);
+      row(layer->name, !files.empty(),
+          files.empty() ? fmt::format("no {}* found; libraries a job loads from elsewhere are "
+                                      "still traced when it maps them",
+                                      prefix)
+                        : fmt::format("ready: {} file(s)", files.size()));
+      for (const std::string& f : files) fmt::print("  {:<33} {}\n", "", f);
+    }
   }
   // The os layer needs no library: tracepoints by BTF (signals, OOM kills)
   // and syscall tracepoints through tracefs (mmap, munmap, mremap, ioctl).

@@ -30,7 +30,7 @@ namespace {
 void add_trace_options(CLI::App* cmd, eacgm::TraceOptions& opts, std::string& layers) {
   cmd->add_option("-o,--output", opts.out_dir, "session directory to write")->required();
   eacgm::add_agent_flags(cmd, opts.agent, layers,
-                         {.layers = "cuda,driver,nccl,torch,python,os,gpu", .gpu_rate_hz = 10.0});
+                         {.layers = eacgm::layer_names(), .gpu_rate_hz = 10.0});
   cmd->add_flag("-q,--quiet", opts.quiet, "do not print the report");
 }
 

@@ -1,5 +1,7 @@
 #include "cli/serve_command.h"
 
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
@@ -32,20 +34,23 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str()
       ->check(bounded(0.05, 60, "seconds"));
   add_agent_flags(serve, args->options.agent, args->layers,
-                  {.layers = "cuda,driver,nccl,os,gpu", .gpu_rate_hz = 1.0, .python = false});
+                  {.layers = layer_names([](const LayerInfo& l) { return l.serve_by_default; }),
+                   .gpu_rate_hz = 1.0,
+                   .python = false});
   serve->callback([args, &run] {
     run = [args] {
       std::string error;
       auto layers = parse_layers(args->layers, error);
       if (!layers) return fail(kExitUsage, error);
-      // Per-function figures have no bounded set of Prometheus labels, and per-thread
-      // sampling of every Python process on a node is a profiler's job: record or attach.
-      if (layers->contains(Layer::kPython)) {
-        return fail(
-            kExitUsage,
-            "the python layer is for `eacgm record` and `eacgm attach` (per-function figures "
-            "have no bounded set of metric labels); serve traces cuda, driver, nccl, torch, os, "
-            "gpu");
+      for (Layer layer : *layers) {
+        if (const std::string_view why = layer_info(layer).not_in_serve; !why.empty()) {
+          return fail(kExitUsage,
+                      fmt::format("the {} layer is for `eacgm record` and `eacgm attach` ({}); "
+                                  "serve traces {}",
+                                  layer_name(layer), why, layer_names([](const LayerInfo& l) {
+                                    return l.not_in_serve.empty();
+                                  })));
+        }
       }
       args->options.agent.layers = *layers;
       return run_serve(args->options);

@@ -14,24 +14,9 @@
 #include <vector>
 
 #include "bpf/events.h"
+#include "layers/layer.h"
 
 namespace eacgm {
-
-enum class Layer : uint32_t {
-  kCuda = EACGM_LAYER_CUDA,
-  kNccl = EACGM_LAYER_NCCL,
-  kTorch = EACGM_LAYER_TORCH,
-  kPython = EACGM_LAYER_PYTHON,
-  kOs = EACGM_LAYER_OS,
-  kGpu = EACGM_LAYER_GPU,
-  kDriver = EACGM_LAYER_DRIVER,
-};
-
-// Every layer, in the order outputs list them.
-std::span<const Layer> all_layers();
-
-std::string_view layer_name(Layer layer);
-std::optional<Layer> layer_from_name(std::string_view name);
 
 // Index into the captured words: registers rdi, rsi, rdx, rcx, r8, r9, then
 // the first, second and third stack words above the return address. The third
@@ -137,7 +122,7 @@ struct ProbeSpec {
   std::optional<MemoryRead> read = std::nullopt;
 };
 
-// The rows of one layer; a row's index is its attach cookie and func_id.
+// The fixed rows of one layer (LayerInfo::rows); a row's index is its attach cookie and func_id.
 std::span<const ProbeSpec> probe_table(Layer layer);
 // The row of `layer` probing `symbol`; nullptr when no row does (a torch operator, a name from a
 // session recorded by another version).
@@ -145,13 +130,6 @@ const ProbeSpec* find_probe(Layer layer, std::string_view symbol);
 // The class of a call known only by its name (a session read back); kOther for unknown names.
 ApiClass api_class(Layer layer, std::string_view symbol);
 
-// Which library files belong to which layer, by file name prefix.
-struct LayerLibrary {
-  Layer layer;
-  std::string_view file_prefix;
-};
-std::span<const LayerLibrary> layer_libraries();
-std::optional<Layer> library_layer(std::string_view path);
 // Whether a file is a C++ unwinder (libgcc_s, LLVM's libunwind), which the torch layer must
 // guard (see Tracer::attach_unwind_guard).
 bool is_unwinder_library(std::string_view path);
@@ -160,7 +138,7 @@ bool is_unwinder_library(std::string_view path);
 // frequent call whose meaning depends on no other call. Allocations and frees (outstanding memory
 // would drift), rows that name kernels (launches would lose their names), NCCL (ranks' sequences
 // of collectives would disagree) and rows whose start is announced (a hang must be seen) are
-// always traced.
+// always traced; so is every row of a layer whose LayerInfo::duty_cycled is false.
 bool may_duty_cycle(const ProbeSpec& spec);
 
 // The row's EACGM_ROW_* flags for the BPF side (bpf/events.h): whether its
@@ -196,14 +174,6 @@ struct RawCall {
 std::vector<DecodedArg> decode_args(const ProbeSpec& spec, const RawCall& call);
 uint64_t call_bytes(const ProbeSpec& spec, const RawCall& call);
 
-// The CUDA runtime's name for an error code ("cudaErrorInsufficientDriver").
-std::string_view cuda_error_name(int64_t code);
-// The CUDA driver's name for a CUresult ("CUDA_ERROR_OUT_OF_MEMORY").
-std::string_view cu_result_name(int64_t code);
-std::string_view nccl_result_name(int64_t code);
-// A status code's name in the layer's own terms ("cudaErrorMemoryAllocation",
-// "ncclSystemError"); the number as text for layers without names.
-std::string status_name(Layer layer, int64_t code);
 // Bytes per element of an ncclDataType_t; 0 for an unknown type.
 uint64_t nccl_type_size(uint64_t datatype);
 std::string_view nccl_type_name(uint64_t datatype);

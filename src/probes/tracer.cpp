@@ -241,86 +241,84 @@ Result<void> configure_notice(Rodata& rodata, const std::vector<std::string>& pr
 }
 
 // Opens, configures from the probe table, and loads one layer object. Every
-// layer object has the same shape (see bpf/cuda.bpf.c), so one template
+// layer object has the same shape (see src/layers/cuda/cuda.bpf.c), so one template
 // serves all of them.
 template <typename Skel>
-Result<LayerPrograms> load_layer(Layer layer, Skel* (*open)(const bpf_object_open_opts*),
-                                 int (*load)(Skel*), void (*destroy)(Skel*), eacgm_core* core,
-                                 const bpf_object_open_opts* opts, bool multi, bool py_attribution,
-                                 bool may_stop) {
-  Skel* skel = open(opts);
-  const std::string name(layer_name(layer));
-  if (!skel) return Error{libbpf_error("cannot open the " + name + " BPF program", errno)};
-  LayerPrograms progs{.entry = skel->progs.call_entry,
-                      .ret = skel->progs.call_return,
-                      .obj = skel->obj,
-                      .destroy = [skel, destroy] { destroy(skel); }};
-  if (int err = reuse_shared_maps(skel, core); err) {
-    progs.destroy();
-    return Error{libbpf_error("cannot share maps with the " + name + " BPF program", err)};
-  }
-  std::span<const ProbeSpec> table = probe_table(layer);
-  for (size_t i = 0; i < EACGM_MAX_FUNCS; ++i) {
-    skel->rodata->out_slot[i] = kNoSlot;
-    skel->rodata->row_flags[i] = 0;
-    skel->rodata->name_slots[i] = 0;
-    skel->rodata->entry_read[i] = 0;
-  }
-  for (size_t i = 0; i < table.size(); ++i) {
-    skel->rodata->out_slot[i] = table[i].out_slot;
-    skel->rodata->row_flags[i] = bpf_row_flags(table[i]);
-    skel->rodata->name_slots[i] = bpf_name_slots(table[i]);
-    skel->rodata->entry_read[i] = bpf_entry_read(table[i]);
-  }
-  skel->rodata->py_attribution = py_attribution ? 1 : 0;
-  if constexpr (requires { skel->rodata->stop_on_unwind; }) {
-    skel->rodata->stop_on_unwind = may_stop ? 1 : 0;
-  }
-  if (multi) {
-    const auto type = static_cast<bpf_attach_type>(kBpfTraceUprobeMulti);
-    bpf_program__set_expected_attach_type(progs.entry, type);
-    bpf_program__set_expected_attach_type(progs.ret, type);
-    if constexpr (requires { skel->progs.on_unwind_start; }) {
-      bpf_program__set_expected_attach_type(skel->progs.on_unwind_start, type);
+Result<LayerPrograms> load_table_skeleton(Layer layer, Skel* (*open)(const bpf_object_open_opts*),
+                                          int (*load)(Skel*), void (*destroy)(Skel*),
+                                          eacgm_core* core, const bpf_object_open_opts* opts,
+                                          bool multi, bool py_attribution, bool may_stop) {
+  if constexpr (requires(Skel * s) {
+                  s->progs.call_entry;
+                  s->progs.call_return;
+                  s->rodata->out_slot;
+                }) {
+    Skel* skel = open(opts);
+    const std::string name(layer_name(layer));
+    if (!skel) return Error{libbpf_error("cannot open the " + name + " BPF program", errno)};
+    LayerPrograms progs{.entry = skel->progs.call_entry,
+                        .ret = skel->progs.call_return,
+                        .obj = skel->obj,
+                        .destroy = [skel, destroy] { destroy(skel); }};
+    if (int err = reuse_shared_maps(skel, core); err) {
+      progs.destroy();
+      return Error{libbpf_error("cannot share maps with the " + name + " BPF program", err)};
     }
+    std::span<const ProbeSpec> table = probe_table(layer);
+    for (size_t i = 0; i < EACGM_MAX_FUNCS; ++i) {
+      skel->rodata->out_slot[i] = kNoSlot;
+      skel->rodata->row_flags[i] = 0;
+      skel->rodata->name_slots[i] = 0;
+      skel->rodata->entry_read[i] = 0;
+    }
+    for (size_t i = 0; i < table.size(); ++i) {
+      skel->rodata->out_slot[i] = table[i].out_slot;
+      skel->rodata->row_flags[i] = bpf_row_flags(table[i]);
+      skel->rodata->name_slots[i] = bpf_name_slots(table[i]);
+      skel->rodata->entry_read[i] = bpf_entry_read(table[i]);
+    }
+    skel->rodata->py_attribution = py_attribution ? 1 : 0;
+    if constexpr (requires { skel->rodata->stop_on_unwind; }) {
+      skel->rodata->stop_on_unwind = may_stop ? 1 : 0;
+    }
+    if (multi) {
+      const auto type = static_cast<bpf_attach_type>(kBpfTraceUprobeMulti);
+      bpf_program__set_expected_attach_type(progs.entry, type);
+      bpf_program__set_expected_attach_type(progs.ret, type);
+      if constexpr (requires { skel->progs.on_unwind_start; }) {
+        bpf_program__set_expected_attach_type(skel->progs.on_unwind_start, type);
+      }
+    }
+    if (int err = load(skel); err) {
+      progs.destroy();
+      return Error{libbpf_error("cannot load the " + name + " BPF program", err)};
+    }
+    if constexpr (requires { skel->progs.on_unwind_start; }) {
+      progs.unwind = skel->progs.on_unwind_start;
+      progs.unwound = skel->maps.calls_unwound;
+    }
+    return progs;
+  } else {
+    return Error{fmt::format("the {} BPF program is not a probe-table program", layer_name(layer))};
   }
-  if (int err = load(skel); err) {
-    progs.destroy();
-    return Error{libbpf_error("cannot load the " + name + " BPF program", err)};
-  }
-  if constexpr (requires { skel->progs.on_unwind_start; }) {
-    progs.unwind = skel->progs.on_unwind_start;
-    progs.unwound = skel->maps.calls_unwound;
-  }
-  return progs;
 }
 
-// The layers traced through a probe table: a generic entry/return pair per object, attached to
-// the layer's libraries (cuda, nccl, driver; torch's rows made from its library).
-bool is_table_layer(Layer layer) {
-  return layer == Layer::kCuda || layer == Layer::kNccl || layer == Layer::kDriver ||
-         layer == Layer::kTorch;
-}
-
+// Opens and loads the probe-table object of a layer whose source is its libraries: the skeleton
+// eacgm_<name> built from src/layers/<name>/<name>.bpf.c (CMakeLists.txt lists them).
 Result<LayerPrograms> load_table_layer(Layer layer, eacgm_core* core,
                                        const bpf_object_open_opts* opts, bool multi,
                                        bool py_attribution, bool may_stop) {
-  switch (layer) {
-    case Layer::kCuda:
-      return load_layer(layer, eacgm_cuda__open_opts, eacgm_cuda__load, eacgm_cuda__destroy, core,
-                        opts, multi, py_attribution, may_stop);
-    case Layer::kNccl:
-      return load_layer(layer, eacgm_nccl__open_opts, eacgm_nccl__load, eacgm_nccl__destroy, core,
-                        opts, multi, py_attribution, may_stop);
-    case Layer::kDriver:
-      return load_layer(layer, eacgm_driver__open_opts, eacgm_driver__load, eacgm_driver__destroy,
-                        core, opts, multi, py_attribution, may_stop);
-    case Layer::kTorch:
-      return load_layer(layer, eacgm_torch__open_opts, eacgm_torch__load, eacgm_torch__destroy,
-                        core, opts, multi, py_attribution, may_stop);
-    default:
-      return Error{fmt::format("layer {} has no probe table", layer_name(layer))};
+  const std::string_view object = layer_name(layer);
+#define EACGM_LOAD_IF_NAMED(name)                                                          \
+  if (object == #name) {                                                                   \
+    return load_table_skeleton(layer, eacgm_##name##__open_opts, eacgm_##name##__load,     \
+                               eacgm_##name##__destroy, core, opts, multi, py_attribution, \
+                               may_stop);                                                  \
   }
+  EACGM_LAYER_SKELETONS(EACGM_LOAD_IF_NAMED)
+#undef EACGM_LOAD_IF_NAMED
+  return Error{
+      fmt::format("layer {} has no BPF program (src/layers/{}/{}.bpf.c)", object, object, object)};
 }
 
 // Opens and loads the os layer object; its tracepoints are attached one by
@@ -459,12 +457,16 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
   eacgm_os* os_skel = nullptr;
   std::optional<std::future<Result<LayerPrograms>>> os_loaded;
   for (Layer layer : options.layers) {
-    if (is_table_layer(layer)) {
-      tracer->table_layers_.insert(layer);
-    } else if (layer == Layer::kOs) {
-      os_loaded.emplace(concurrently([&] { return load_os(p.core, &open_opts, &os_skel); }));
-    } else if (layer != Layer::kPython) {
-      return Error{fmt::format("layer {} has no BPF program", layer_name(layer))};
+    switch (layer_info(layer).source) {
+      case LayerSource::kLibraries:
+        tracer->table_layers_.insert(layer);
+        break;
+      case LayerSource::kTracepoints:
+        os_loaded.emplace(concurrently([&] { return load_os(p.core, &open_opts, &os_skel); }));
+        break;
+      case LayerSource::kInterpreters:  // loaded with the first interpreter (load_python)
+      case LayerSource::kUserSpace:     // no BPF program: the agent runtime reads it
+        break;
     }
   }
   // The load is waited for: it uses this frame.

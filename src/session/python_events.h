@@ -1,4 +1,4 @@
-// The python layer's events, decoded (bpf/python.bpf.c makes them).
+// The python layer's events, decoded (src/layers/python/python.bpf.c makes them).
 #pragma once
 
 #include <cstdint>

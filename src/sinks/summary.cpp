@@ -17,18 +17,6 @@
 namespace eacgm {
 namespace {
 
-// The key under which a layer lists its calls, as docs/SUMMARY_JSON.md names them.
-std::string_view calls_key(Layer layer) {
-  switch (layer) {
-    case Layer::kTorch:
-      return "ops";
-    case Layer::kPython:
-      return "functions";
-    default:
-      return "calls";
-  }
-}
-
 std::string human_bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
@@ -141,7 +129,9 @@ nlohmann::json kernels_json(const KernelTable& kernels) {
   json out = {{"distinct", kernels.stats().size()},
               {"names_known", kernels.names_known()},
               {"unlisted_launches", kernels.unlisted()}};
-  for (Layer layer : {Layer::kCuda, Layer::kDriver}) {
+  for (const LayerInfo* info : layer_registry()) {
+    if (!info->launches_kernels) continue;
+    const Layer layer = info->id;
     json by_launches = json::array(), by_time = json::array();
     for (const auto* e : top_kernels(kernels, layer, false)) {
       by_launches.push_back(kernel_json(e->first.second, e->second));
@@ -212,7 +202,7 @@ nlohmann::json summary_json(const Session& s) {
   for (const auto& [layer, state] : s.layers) {
     json l = {{"status", layer_status_name(state.status)}};
     if (!state.reason.empty()) l["reason"] = state.reason;
-    if (state.status == LayerStatus::kActive && (layer == Layer::kOs || layer == Layer::kGpu)) {
+    if (state.status == LayerStatus::kActive && layer_info(layer).calls_key.empty()) {
       for (const auto& [key, value] : state.extra.items()) l[key] = value;  // no call table
     } else if (state.status == LayerStatus::kActive) {
       l["libraries"] = state.libraries;
@@ -230,7 +220,7 @@ nlohmann::json summary_json(const Session& s) {
           for (auto [code, n] : st.errors_by_code) by_code[status_name(layer, code)] = n;
           c["errors_by_code"] = std::move(by_code);
         }
-        if (layer == Layer::kTorch) c["self_ns"] = st.self_ns;
+        if (layer_info(layer).self_time) c["self_ns"] = st.self_ns;
         if (st.sampled && state.traced_fraction && *state.traced_fraction > 0) {
           // Seen only while traced: what the whole session would have counted, said as such.
           c["sampled"] = true;
@@ -239,7 +229,7 @@ nlohmann::json summary_json(const Session& s) {
         }
         calls[name] = std::move(c);
       }
-      l[calls_key(layer)] = std::move(calls);
+      l[layer_info(layer).calls_key] = std::move(calls);
       if (!state.inner_calls.empty()) {
         json inner = json::object();
         for (const auto& [name, n] : state.inner_calls) inner[name] = n;
@@ -514,34 +504,36 @@ std::string text_report(const Session& s) {
       if (state.inner_calls.empty()) line("  no calls");
       continue;
     }
-    // Costliest first: torch operators by self time (an operator's total holds the operators it
-    // calls), every other API by total time.
-    const bool torch = layer == Layer::kTorch;
+    // Costliest first: calls that nest (torch operators) by self time (an operator's total holds
+    // the operators it calls), every other API by total time.
+    const bool by_self = layer_info(layer).self_time;
     std::vector<std::pair<std::string_view, const CallStats*>> by_cost;
     std::vector<std::string_view> names;
     for (const auto& [name, st] : state.calls) {
       by_cost.emplace_back(name, &st);
       names.push_back(name);
     }
-    const auto cost = [torch](const CallStats* st) { return torch ? st->self_ns : st->total_ns; };
+    const auto cost = [by_self](const CallStats* st) {
+      return by_self ? st->self_ns : st->total_ns;
+    };
     std::stable_sort(by_cost.begin(), by_cost.end(), [&cost](const auto& a, const auto& b) {
       return cost(a.second) > cost(b.second);
     });
     const size_t width = name_width(names, 24);
     line(fmt::format("  {:<{}} {:>9} {:>7} {:>11} {:>11} {:>11} {:>11}{}",
-                     torch ? "operator" : "api", width, "count", "errors", "total", "p50", "p99",
-                     "bytes", torch ? fmt::format(" {:>11}", "self") : ""));
+                     by_self ? "operator" : "api", width, "count", "errors", "total", "p50", "p99",
+                     "bytes", by_self ? fmt::format(" {:>11}", "self") : ""));
     for (const auto& [name, st] : by_cost) {
       line(fmt::format("  {:<{}} {:>9} {:>7} {:>11} {:>11} {:>11} {:>11}{}", name, width, st->count,
                        st->errors, human_ns(st->total_ns), human_ns(st->percentile_ns(50)),
                        human_ns(st->percentile_ns(99)), st->bytes ? human_bytes(st->bytes) : "-",
-                       torch ? fmt::format(" {:>11}", human_ns(st->self_ns)) : ""));
+                       by_self ? fmt::format(" {:>11}", human_ns(st->self_ns)) : ""));
       const CallStats& stats = *st;
       for (auto [code, n] : stats.errors_by_code) {
         line(fmt::format("      {} x {} ({})", n, status_name(layer, code), code));
       }
     }
-    if (layer == Layer::kCuda || layer == Layer::kDriver) kernel_report(s.kernels, layer, line);
+    if (layer_info(layer).launches_kernels) kernel_report(s.kernels, layer, line);
   }
   if (!s.device_memory.empty()) {
     line("\ndevice memory outstanding at end (peak):");

@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
                         EACGM_EV_DL_STOP, EACGM_EV_DL_NOTICE}) {
     write_one(dir, ("proc-" + std::to_string(kind)).c_str(), with_header<eacgm_proc>(kind, 0));
   }
-  // A kernel's name: the driver table's cuModuleGetFunction is row 79 (probe_table.cpp; checked by
+  // A kernel's name: the driver table's cuModuleGetFunction is row 79 (layers/driver/probes.cpp; checked by
   // DriverTable.NamingRowsTellBpfWhereTheNameAndHandleAre); the
   // fuzzer's mutations find the other rows.
   auto name = with_header<eacgm_name>(EACGM_EV_NAME, EACGM_LAYER_DRIVER);

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "layers/cuda/info.h"
 #include "test_support.h"
 
 namespace eacgm {

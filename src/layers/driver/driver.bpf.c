@@ -1,5 +1,5 @@
-/* CUDA driver layer (libcuda.so.1): the rows of src/probes/probe_table.cpp's
- * driver table. NVIDIA's runtime is built on the driver, so a driver call made
+/* CUDA driver layer (libcuda.so.1): the rows of src/layers/driver/probes.cpp.
+ * NVIDIA's runtime is built on the driver, so a driver call made
  * inside a traced runtime call is that call's own work and is not traced again. */
 #include "bpf/common.bpf.h"
 

@@ -1,0 +1,19 @@
+#include "layers/python/info.h"
+
+namespace eacgm {
+
+const LayerInfo& python_layer_info() {
+  static const LayerInfo info{.id = Layer::kPython,
+                              .name = "python",
+                              .source = LayerSource::kInterpreters,
+                              .calls_key = "functions",
+                              .serve_by_default = false,
+                              // Per-thread sampling of every Python process on a node is a
+                              // profiler's job: record or attach.
+                              .not_in_serve =
+                                  "per-function figures have no bounded set of "
+                                  "metric labels"};
+  return info;
+}
+
+}  // namespace eacgm
