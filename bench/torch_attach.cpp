@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "probes/torch_ops.h"
+#include "layers/torch/torch_ops.h"
 #include "probes/tracer.h"
 
 namespace {

@@ -17,13 +17,13 @@
 #include <sstream>
 #include <utility>
 
-#include "agent/unwind_stop.h"
 #include "common/atomic_file.h"
 #include "common/clock.h"
 #include "common/json_text.h"
+#include "layers/python/python_binary.h"
+#include "layers/python/python_layouts.h"
+#include "layers/torch/unwind_stop.h"
 #include "probes/library_finder.h"
-#include "python/python_binary.h"
-#include "python/python_layouts.h"
 #include "reader/decoder.h"
 
 namespace eacgm {
@@ -547,7 +547,7 @@ void Recorder::on_process_event(const ProcEvent& event) {
     }
     case ProcEvent::Kind::kUnwindStop:
       // The target is stopped as a thread begins to unwind through return probes: put the
-      // return addresses back (agent/unwind_stop.h) before it goes on.
+      // return addresses back (layers/torch/unwind_stop.h) before it goes on.
       stopped_.try_emplace(event.pid, event.ts_ns);
       if (auto restored = restore_return_addresses(event.pid, event.return_slots); !restored) {
         warn(restored.error().message);

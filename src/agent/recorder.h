@@ -15,17 +15,17 @@
 
 #include "agent/duty_cycle.h"
 #include "agent/flight_recorder.h"
-#include "analysis/collectives.h"
 #include "analysis/leak_detector.h"
-#include "analysis/os_monitor.h"
 #include "analysis/window_analyzer.h"
-#include "gpu/gpu_layer.h"
+#include "layers/gpu/gpu_layer.h"
+#include "layers/nccl/collectives.h"
+#include "layers/os/os_monitor.h"
+#include "layers/python/python_profile.h"
+#include "layers/torch/torch_threads.h"
 #include "probes/probe_control.h"
-#include "python/python_profile.h"
 #include "reader/decoder.h"
 #include "session/overhead.h"
 #include "session/session.h"
-#include "session/torch_threads.h"
 #include "sinks/sink.h"
 
 namespace eacgm {

@@ -17,12 +17,12 @@
 #include <string>
 
 #include "agent/privileges.h"
-#include "gpu/gpu_layer.h"
+#include "layers/gpu/gpu_layer.h"
+#include "layers/python/python_binary.h"
+#include "layers/python/python_layouts.h"
 #include "probes/attached_probe.h"
 #include "probes/library_finder.h"
 #include "probes/tracer.h"
-#include "python/python_binary.h"
-#include "python/python_layouts.h"
 
 extern char** environ;
 

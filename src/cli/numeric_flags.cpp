@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "probes/torch_ops.h"
+#include "layers/torch/torch_ops.h"
 
 namespace eacgm {
 

@@ -12,12 +12,12 @@
 #include <optional>
 #include <set>
 
-#include "analysis/collectives.h"
 #include "analysis/session_db.h"
 #include "common/atomic_file.h"
 #include "common/json_fields.h"
 #include "common/json_text.h"
 #include "common/sqlite_handles.h"
+#include "layers/nccl/collectives.h"
 #include "merge/clock_alignment.h"
 #include "merge/merged_layers.h"
 #include "merge/merged_trace.h"

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "common/result.h"
+#include "layers/torch/torch_ops.h"
 #include "probes/probe_table.h"
-#include "probes/torch_ops.h"
 
 namespace eacgm {
 
@@ -29,8 +29,8 @@ class ProbeControl {
   // Returns whether it was newly probed.
   virtual Result<bool> attach_library(Layer layer, const std::string& path) = 0;
   // The torch layer's return probes would make a C++ exception thrown through an operator
-  // kill the job (src/layers/torch/torch.bpf.c); this probes the start of unwinding in the unwinder `path`
-  // so that they step aside first. Once per file (by inode); returns whether newly probed.
+  // kill the job (src/layers/torch/torch.bpf.c); this probes the start of unwinding in the unwinder
+  // `path` so that they step aside first. Once per file (by inode); returns whether newly probed.
   // Before the torch layer's programs are loaded (by its first library) there is nothing to
   // guard: false, and the file is guarded when a process that maps libtorch is probed.
   virtual Result<bool> attach_unwind_guard(const std::string& path) = 0;

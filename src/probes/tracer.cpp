@@ -22,9 +22,9 @@
 #include <mutex>
 #include <thread>
 
+#include "layers/python/python_layouts.h"
 #include "probes/elf_symbols.h"
 #include "probes/skeletons.h"
-#include "python/python_layouts.h"
 
 namespace eacgm {
 namespace {
@@ -707,7 +707,7 @@ Result<bool> Tracer::attach_library(Layer layer, const std::string& path) {
   std::vector<uint64_t> offsets;
   std::vector<uint64_t> cookies;
   if (layer == Layer::kTorch) {
-    // The torch layer's rows come from the library itself (src/probes/torch_ops.h).
+    // The torch layer's rows come from the library itself (src/layers/torch/torch_ops.h).
     if (torch_skipped_.contains(*id)) return false;
     auto ops = torch_library_ops(path, torch_filter_, torch_ops_);
     if (!ops) return ops.error();

@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "common/result.h"
+#include "layers/torch/torch_ops.h"
 #include "probes/attached_probe.h"
 #include "probes/library_finder.h"
 #include "probes/probe_control.h"
 #include "probes/probe_table.h"
 #include "probes/target_guardian.h"
-#include "probes/torch_ops.h"
 #include "reader/ring_reader.h"
 
 struct bpf_object_open_opts;

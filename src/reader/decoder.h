@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "common/result.h"
-#include "probes/torch_ops.h"
-#include "session/python_events.h"
+#include "layers/python/python_events.h"
+#include "layers/torch/torch_ops.h"
 #include "session/session.h"
 
 namespace eacgm {
@@ -50,7 +50,7 @@ struct HandleNameEvent {
 using Event = std::variant<CallRecord, ProcEvent, SignalEvent, OomKillEvent, MmapEvent, IoctlEvent,
                            PySampleEvent, PyCodeEvent, PyFunctionEvent, PyGcEvent, HandleNameEvent>;
 
-// `torch`: the torch layer's rows (made at run time, see probes/torch_ops.h); without it a
+// `torch`: the torch layer's rows (made at run time, see layers/torch/torch_ops.h); without it a
 // torch call record is an error like any record of an unknown function.
 Result<Event> decode_event(std::span<const std::byte> data, const TorchOpTable* torch = nullptr);
 

@@ -4,9 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/collectives.h"
 #include "common/clock.h"
 #include "common/json_text.h"
+#include "layers/nccl/collectives.h"
 
 namespace eacgm {
 namespace {

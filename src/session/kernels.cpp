@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <memory>
 
-#include "python/python_profile.h"
+#include "layers/python/python_profile.h"
 #include "session/percentile.h"
 #include "session/session.h"
 

@@ -10,12 +10,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "layers/os/os_events.h"
+#include "layers/python/python_events.h"
 #include "probes/probe_table.h"
 #include "session/kernels.h"
 #include "session/nested_time.h"
-#include "session/os_events.h"
 #include "session/overhead.h"
-#include "session/python_events.h"
 
 namespace eacgm {
 
@@ -27,7 +27,7 @@ struct CollectiveRef {
   int nranks = 0;
 };
 
-struct PythonSite;  // python/python_profile.h
+struct PythonSite;  // layers/python/python_profile.h
 
 // One finished traced call, decoded from the ring buffer (or, for rows that
 // announce their start, a call that has just begun: finished == false).

@@ -10,7 +10,7 @@
 #include <string>
 #include <tuple>
 
-#include "gpu/gpu_sample.h"
+#include "layers/gpu/gpu_sample.h"
 #include "session/session.h"
 
 namespace eacgm {

@@ -15,7 +15,7 @@
 #include <string_view>
 
 #include "common/clock.h"
-#include "python/python_profile.h"
+#include "layers/python/python_profile.h"
 #include "sinks/perfetto_gpu.h"
 #include "sinks/perfetto_proto.h"
 #include "sinks/proto_wire.h"

@@ -3,8 +3,8 @@
 #pragma once
 
 #include "common/result.h"
-#include "gpu/gpu_sample.h"
-#include "python/python_profile.h"
+#include "layers/gpu/gpu_sample.h"
+#include "layers/python/python_profile.h"
 #include "session/session.h"
 
 namespace eacgm {

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "common/result.h"
-#include "gpu/gpu_sample.h"
+#include "layers/gpu/gpu_sample.h"
 #include "session/session.h"
 
 struct sqlite3;

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/json_text.h"
-#include "python/python_profile.h"
+#include "layers/python/python_profile.h"
 
 namespace eacgm {
 namespace {

@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "common/json_text.h"
-#include "gpu/gpu_report.h"
+#include "layers/gpu/gpu_report.h"
 
 namespace eacgm {
 namespace {

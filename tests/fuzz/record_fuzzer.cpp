@@ -10,7 +10,7 @@
 #include <set>
 #include <variant>
 
-#include "python/python_profile.h"
+#include "layers/python/python_profile.h"
 #include "reader/decoder.h"
 #include "record_framing.h"
 #include "session/session.h"

@@ -2,7 +2,7 @@
 """Writes tests/data/python/layouts.json: the struct eacgm_py_layout fields of every CPython whose
 libpython with DWARF is installed under ~/.pyenv/versions, as gdb computes them.
 
-The C++ table (src/python/python_layouts.cpp) is typed in by hand; this file is the independent
+The C++ table (src/layers/python/python_layouts.cpp) is typed in by hand; this file is the independent
 measurement python_layouts_test.cpp compares it with. Fields a version lacks are null (the table
 says EACGM_PY_NONE). Besides the contract's fields it records the bit numbers of the `compact`
 and `ascii` flags of PyASCIIObject.state, which the BPF side hard-codes as 5 and 6.

@@ -1,7 +1,7 @@
 // Cross-rank analysis of NCCL collectives, on synthetic arrivals with known
 // ground truth: a straggler is named alone, a healthy job yields nothing, a
 // hang names the missing rank once its timeout has passed.
-#include "analysis/collectives.h"
+#include "layers/nccl/collectives.h"
 
 #include <gtest/gtest.h>
 

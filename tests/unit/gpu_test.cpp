@@ -13,11 +13,11 @@
 #include <sstream>
 #include <thread>
 
-#include "gpu/gpu_layer.h"
-#include "gpu/gpu_monitor.h"
-#include "gpu/gpu_report.h"
-#include "gpu/nvml_library.h"
-#include "gpu/nvml_sampler.h"
+#include "layers/gpu/gpu_layer.h"
+#include "layers/gpu/gpu_monitor.h"
+#include "layers/gpu/gpu_report.h"
+#include "layers/gpu/nvml_library.h"
+#include "layers/gpu/nvml_sampler.h"
 #include "sinks/perfetto_gpu.h"
 #include "sinks/perfetto_proto.h"
 #include "sinks/perfetto_writer.h"

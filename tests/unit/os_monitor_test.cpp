@@ -1,7 +1,7 @@
 // The os layer's pure parts: the MAP_POPULATE storm detector, the sentences
 // that say why a process ended, large-mapping bookkeeping, ioctl histograms,
 // library conflicts, the decoder of the os records and the flight recorder.
-#include "analysis/os_monitor.h"
+#include "layers/os/os_monitor.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

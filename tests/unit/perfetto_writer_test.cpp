@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "python/python_profile.h"
+#include "layers/python/python_profile.h"
 #include "sinks/perfetto_proto.h"
 #include "test_support.h"
 

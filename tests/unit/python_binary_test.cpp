@@ -2,7 +2,7 @@
 // installed on the machine (Debian's static /usr/bin/python3.11 with USDT probes, pyenv's shared
 // builds under ~/.pyenv/versions) and skips the cases whose interpreter is missing. The live
 // tests read their own child processes' memory: no privileges needed.
-#include "python/python_binary.h"
+#include "layers/python/python_binary.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include "python/python_layouts.h"
-#include "python/python_lines.h"
+#include "layers/python/python_layouts.h"
+#include "layers/python/python_lines.h"
 #include "test_support.h"
 
 namespace eacgm {

@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "python/python_profile.h"
+#include "layers/python/python_profile.h"
 #include "reader/decoder.h"
 #include "session/session.h"
 #include "test_support.h"

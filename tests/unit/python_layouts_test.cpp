@@ -1,6 +1,6 @@
 // The hand-written layout table against gdb's measurements of real CPython builds
 // (tests/data/python/layouts.json, written by tests/python/dump_layouts.py).
-#include "python/python_layouts.h"
+#include "layers/python/python_layouts.h"
 
 #include <gtest/gtest.h>
 

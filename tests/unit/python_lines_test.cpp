@@ -1,6 +1,6 @@
 // Line numbers from CPython line tables, against what each CPython says about its own code
 // objects (tests/data/python/linetables-<release>.json, from tests/python/dump_linetables.py).
-#include "python/python_lines.h"
+#include "layers/python/python_lines.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "python/python_layouts.h"
+#include "layers/python/python_layouts.h"
 
 namespace eacgm {
 namespace {

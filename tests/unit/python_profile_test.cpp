@@ -1,5 +1,5 @@
 // PythonProfile: per-function time from samples, slow calls, USDT counts.
-#include "python/python_profile.h"
+#include "layers/python/python_profile.h"
 
 #include <gtest/gtest.h>
 

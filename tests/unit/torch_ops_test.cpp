@@ -1,6 +1,6 @@
 // The torch layer's naming of ATen operators, its operator filter and its dynamic table.
 // Symbols and schema strings below are copied from Debian's libtorch_cpu.so.1.13.
-#include "probes/torch_ops.h"
+#include "layers/torch/torch_ops.h"
 
 #include <gtest/gtest.h>
 

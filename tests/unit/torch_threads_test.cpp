@@ -1,5 +1,5 @@
 // What the torch layer keeps per thread is released with its process (eacgm serve runs for days).
-#include "session/torch_threads.h"
+#include "layers/torch/torch_threads.h"
 
 #include <gtest/gtest.h>
 

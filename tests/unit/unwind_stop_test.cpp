@@ -1,7 +1,7 @@
-// Putting back return addresses before a thread unwinds (agent/unwind_stop.h), on this process's
-// own memory: each slot gets its newest entry's address, older entries for a slot are ignored,
-// and an address that cannot be written is an error that says what is at stake.
-#include "agent/unwind_stop.h"
+// Putting back return addresses before a thread unwinds (layers/torch/unwind_stop.h), on this
+// process's own memory: each slot gets its newest entry's address, older entries for a slot are
+// ignored, and an address that cannot be written is an error that says what is at stake.
+#include "layers/torch/unwind_stop.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

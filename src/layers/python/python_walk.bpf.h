@@ -32,7 +32,7 @@ struct {
   __type(value, __u32);
 } py_procs_added SEC(".maps");
 
-/* Per-version offsets, filled by user space from src/python/python_layouts.cpp. */
+/* Per-version offsets, filled by user space from src/layers/python/python_layouts.cpp. */
 struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
   __uint(max_entries, EACGM_PY_MAX_LAYOUTS);
@@ -220,7 +220,7 @@ static __always_inline void eacgm_py_str(char* dst, __u32 cap, __u64 obj,
 
 /* Is the file (a NUL-terminated co_filename) the standard library's or an
  * installed package's? The same rule as is_library_file() in
- * src/python/python_profile.cpp: "<frozen ...>", ".../lib/python3...",
+ * src/layers/python/python_profile.cpp: "<frozen ...>", ".../lib/python3...",
  * "...-packages/...". "<string>" and "<stdin>" are the user's. The scan runs
  * under bpf_loop: unrolled, its 240 steps cost every layer's call handler
  * 0.4 s of verification at load. */

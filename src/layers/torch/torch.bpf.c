@@ -1,6 +1,6 @@
 /* PyTorch layer: one row per ATen operator entry point (at::_ops::<op>::call)
  * found in libtorch. Unlike the CUDA and NCCL tables, the rows are made at
- * run time from the library's own symbols (src/probes/torch_ops.cpp); the
+ * run time from the library's own symbols (src/layers/torch/torch_ops.cpp); the
  * BPF side is the same generic entry/return pair, the cookie naming the row.
  * No row reads an out-pointer or announces its start, so both per-row arrays
  * stay at their "none" values. */
@@ -31,7 +31,7 @@ const volatile __u8 stop_on_unwind = 1;
  * others Tracer::attach_unwind_guard names), the return addresses the kernel replaced in it are
  * read from the kernel's own record (uprobe_task.return_instances: the slot
  * and the original address, newest first) and the thread is stopped; user
- * space writes them back (src/agent/unwind_stop.cpp) and resumes it. A BPF
+ * space writes them back (src/layers/torch/unwind_stop.cpp) and resumes it. A BPF
  * program cannot write them itself where the kernel is locked down
  * (bpf_probe_write_user), as on these machines. Only slots above the stack
  * pointer that still hold the trampoline are taken: a record the kernel has

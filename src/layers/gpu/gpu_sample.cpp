@@ -1,4 +1,4 @@
-#include "gpu/gpu_sample.h"
+#include "layers/gpu/gpu_sample.h"
 
 #include <utility>
 

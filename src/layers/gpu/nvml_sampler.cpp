@@ -1,4 +1,4 @@
-#include "gpu/nvml_sampler.h"
+#include "layers/gpu/nvml_sampler.h"
 
 #include <time.h>
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "gpu/gpu_monitor.h"
-#include "gpu/nvml_library.h"
-#include "gpu/nvml_sampler.h"
+#include "layers/gpu/gpu_monitor.h"
+#include "layers/gpu/nvml_library.h"
+#include "layers/gpu/nvml_sampler.h"
 #include "session/session.h"
 #include "sinks/sink.h"
 

@@ -31,7 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "session/python_events.h"
+#include "layers/python/python_events.h"
 #include "session/session.h"
 
 namespace eacgm {

@@ -1,11 +1,11 @@
-#include "python/python_profile.h"
+#include "layers/python/python_profile.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "python/python_layouts.h"
-#include "python/python_lines.h"
+#include "layers/python/python_layouts.h"
+#include "layers/python/python_lines.h"
 
 namespace eacgm {
 namespace {

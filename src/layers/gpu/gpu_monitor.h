@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "gpu/gpu_sample.h"
+#include "layers/gpu/gpu_sample.h"
 #include "session/session.h"
 
 namespace eacgm {

@@ -1,4 +1,4 @@
-#include "gpu/nvml_library.h"
+#include "layers/gpu/nvml_library.h"
 
 #include <dlfcn.h>
 #include <fmt/format.h>

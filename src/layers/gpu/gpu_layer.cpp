@@ -1,4 +1,4 @@
-#include "gpu/gpu_layer.h"
+#include "layers/gpu/gpu_layer.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "gpu/gpu_report.h"
+#include "layers/gpu/gpu_report.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/result.h"
-#include "gpu/nvml_api.h"
+#include "layers/gpu/nvml_api.h"
 
 namespace eacgm {
 

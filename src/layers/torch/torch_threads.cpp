@@ -1,4 +1,4 @@
-#include "session/torch_threads.h"
+#include "layers/torch/torch_threads.h"
 
 namespace eacgm {
 

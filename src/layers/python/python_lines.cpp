@@ -1,4 +1,4 @@
-#include "python/python_lines.h"
+#include "layers/python/python_lines.h"
 
 #include <cstddef>
 #include <cstdint>

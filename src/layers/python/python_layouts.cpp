@@ -1,4 +1,4 @@
-#include "python/python_layouts.h"
+#include "layers/python/python_layouts.h"
 
 #include <array>
 

@@ -1,4 +1,4 @@
-#include "gpu/gpu_monitor.h"
+#include "layers/gpu/gpu_monitor.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

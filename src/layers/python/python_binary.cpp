@@ -1,4 +1,4 @@
-#include "python/python_binary.h"
+#include "layers/python/python_binary.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -22,8 +22,8 @@
 #include <thread>
 #include <vector>
 
-#include "gpu/gpu_sample.h"
-#include "gpu/nvml_library.h"
+#include "layers/gpu/gpu_sample.h"
+#include "layers/gpu/nvml_library.h"
 
 namespace eacgm {
 

@@ -1,4 +1,4 @@
-#include "agent/unwind_stop.h"
+#include "layers/torch/unwind_stop.h"
 
 #include <fmt/format.h>
 #include <sys/uio.h>

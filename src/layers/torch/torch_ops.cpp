@@ -1,4 +1,4 @@
-#include "probes/torch_ops.h"
+#include "layers/torch/torch_ops.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "session/os_events.h"
+#include "layers/os/os_events.h"
 
 #include <fmt/format.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-#include "analysis/collectives.h"
+#include "layers/nccl/collectives.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

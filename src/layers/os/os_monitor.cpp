@@ -1,4 +1,4 @@
-#include "analysis/os_monitor.h"
+#include "layers/os/os_monitor.h"
 
 #include <fmt/format.h>
 #include <signal.h>
