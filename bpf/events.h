@@ -104,6 +104,7 @@ enum eacgm_layer {
   EACGM_LAYER_OS = 5,
   EACGM_LAYER_GPU = 6, /* NVML sampled from user space: no BPF program, no events */
   EACGM_LAYER_DRIVER = 7, /* the CUDA driver API, libcuda.so.1 */
+  EACGM_LAYER_ID_END,     /* one past the highest id: a new layer's id goes above */
 };
 
 struct eacgm_header {

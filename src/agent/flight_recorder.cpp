@@ -12,7 +12,7 @@ using nlohmann::json;
 size_t ring_of(const Event& event) {
   if (const auto* call = std::get_if<CallRecord>(&event)) {
     const auto layer = static_cast<size_t>(call->layer());
-    return layer <= EACGM_LAYER_DRIVER ? layer : 0;
+    return layer < EACGM_LAYER_ID_END ? layer : 0;
   }
   if (std::holds_alternative<ProcEvent>(event)) return 0;
   return static_cast<size_t>(Layer::kOs);

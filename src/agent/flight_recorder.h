@@ -44,7 +44,7 @@ class FlightRecorder {
     size_t next = 0;  // oldest item once the ring is full
   };
   // Process events, then one ring per layer by its number (bpf/events.h; gpu's stays empty).
-  static constexpr size_t kRings = EACGM_LAYER_DRIVER + 1;
+  static constexpr size_t kRings = EACGM_LAYER_ID_END;
 
   size_t per_layer_;
   std::unordered_map<uint32_t, std::array<Ring, kRings>> rings_;

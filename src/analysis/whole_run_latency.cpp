@@ -9,6 +9,7 @@
 
 #include "analysis/features.h"
 #include "analysis/window_analyzer.h"
+#include "common/human_text.h"
 
 namespace eacgm {
 namespace {
@@ -113,8 +114,8 @@ class EpisodeFinder {
         "{}: {} takes {} (median of {} slow calls in a row, {:.1f}-{:.1f} s, {} added), {:.1f}x "
         "its median over the whole run {} (the process ended before its warm-up: its whole run "
         "is its baseline)",
-        who, api, format_duration(now_ns), slow.size(), from_s, to_s, format_duration(added_ns),
-        now_ns / std::max(base_ns, 1.0), format_duration(base_ns));
+        who, api, human_ns(now_ns), slow.size(), from_s, to_s, human_ns(added_ns),
+        now_ns / std::max(base_ns, 1.0), human_ns(base_ns));
     a.suggestion = latency_suggestion(a.layer, robust_z);
     return a;
   }

@@ -5,14 +5,9 @@
 #include <algorithm>
 #include <cmath>
 
-namespace eacgm {
+#include "common/human_text.h"
 
-std::string format_duration(double ns) {
-  if (ns < 1e3) return fmt::format("{:.0f} ns", ns);
-  if (ns < 1e6) return fmt::format("{:.1f} us", ns / 1e3);
-  if (ns < 1e9) return fmt::format("{:.2f} ms", ns / 1e6);
-  return fmt::format("{:.2f} s", ns / 1e9);
-}
+namespace eacgm {
 
 namespace {
 
@@ -23,7 +18,7 @@ bool is_log_ns(int feature) {
 // A feature value in the unit a person reads.
 std::string describe(int feature, double value) {
   if (std::isnan(value)) return "none";
-  if (is_log_ns(feature)) return format_duration(std::expm1(value));
+  if (is_log_ns(feature)) return human_ns(std::expm1(value));
   switch (feature) {
     case kCallRate:
     case kLaunchRate:
@@ -286,9 +281,9 @@ void WindowAnalyzer::score(Entity& e, const Window& w, std::vector<Anomaly>& out
       a.message = fmt::format(
           "{}: {} takes {} (median of {} calls, {}), {:.1f}x its baseline {} ({:.0f} robust "
           "deviations)",
-          who, api, format_duration(now_ns), it->second.log_durations.size(),
-          span(ep.first_hit_ns, w.end_ns), now_ns / std::max(base_ns, 1.0),
-          format_duration(base_ns), robust_z);
+          who, api, human_ns(now_ns), it->second.log_durations.size(),
+          span(ep.first_hit_ns, w.end_ns), now_ns / std::max(base_ns, 1.0), human_ns(base_ns),
+          robust_z);
       a.suggestion = latency_suggestion(a.layer, robust_z);
       out.push_back(std::move(a));
     }

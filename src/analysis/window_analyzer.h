@@ -51,8 +51,6 @@ struct AnalyzerOptions {
   BaselineOptions baseline;
 };
 
-// "12.3 us", "4.56 ms": a duration in the unit a person reads.
-std::string format_duration(double ns);
 // What to do about an API of `layer` that got slower (robust_z: how far, in robust deviations).
 std::string latency_suggestion(Layer layer, double robust_z);
 

@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "bpf/events.h"
 
@@ -28,6 +29,8 @@ enum class Layer : uint32_t {
 };
 
 struct ProbeSpec;
+class Session;
+struct LayerState;
 
 // Where a layer's events come from, which decides how the runtime loads and attaches it and how
 // its status is settled at the end.
@@ -58,6 +61,10 @@ struct LayerInfo {
   // The key under which summary.json lists the layer's calls (docs/SUMMARY_JSON.md); empty when
   // the layer has no call table and its figures are its own (os, gpu).
   std::string_view calls_key = "calls";
+  // The layer's own section of the printed report, for a layer whose figures are its own (os,
+  // gpu, python); nullptr: its calls' table (sinks/summary.cpp text_report).
+  std::vector<std::string> (*report_lines)(const Session& session,
+                                           const LayerState& state) = nullptr;
   // Its calls nest (an operator's total holds the operators it calls): its costliest calls are
   // those with the most self time.
   bool self_time = false;

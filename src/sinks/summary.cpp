@@ -11,79 +11,11 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/human_text.h"
 #include "common/json_text.h"
-#include "layers/gpu/gpu_report.h"
 
 namespace eacgm {
 namespace {
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.1f} {}", b, units[u]);
-}
-
-std::string human_ns(uint64_t ns) {
-  if (ns < 1000) return fmt::format("{} ns", ns);
-  if (ns < 1000000) return fmt::format("{:.1f} us", ns / 1e3);
-  if (ns < 1000000000) return fmt::format("{:.2f} ms", ns / 1e6);
-  return fmt::format("{:.2f} s", ns / 1e9);
-}
-
-// The os layer's lines: signals, OOM kills, MAP_POPULATE, large mappings, ioctls.
-template <typename Line>
-void os_report(const Session& s, Line& line) {
-  const OsActivity& os = s.os;
-  auto who = [&s](uint32_t pid) {
-    const ProcessInfo* p = s.find_process(pid);
-    return p && !p->comm.empty() ? fmt::format("pid {} ({})", pid, p->comm)
-                                 : fmt::format("pid {}", pid);
-  };
-  auto since = [&s](uint64_t ns) { return ns > s.start_ns ? (ns - s.start_ns) / 1e9 : 0.0; };
-  line(fmt::format("\n[os] {} signals, {} OOM kills, mmap of {} processes, ioctls on {}",
-                   os.signals.size(), os.oom_kills.size(), os.mmap.size(),
-                   os.ioctl_pattern.empty() ? "-" : os.ioctl_pattern));
-  for (const SignalEvent& e : os.signals) {
-    line(fmt::format("  {:>7.2f} s  {} to {}{}", since(e.ts_ns), signal_name(e.sig), who(e.pid),
-                     e.sent_by_process()
-                         ? fmt::format(" from pid {} ({})", e.sender_pid, e.sender_comm)
-                         : " from the kernel"));
-  }
-  for (const OomKillEvent& e : os.oom_kills) {
-    line(fmt::format("  {:>7.2f} s  OOM kill of {}: anon-rss {}, total-vm {}, cgroup {}",
-                     since(e.ts_ns), who(e.pid), human_bytes(e.anon_rss_bytes),
-                     human_bytes(e.total_vm_bytes), e.cgroup));
-  }
-  for (const auto& [pid, st] : os.mmap) {
-    std::string text = fmt::format("  mmap {}: {} mmap, {} munmap, {} mapped", who(pid), st.mmaps,
-                                   st.munmaps, human_bytes(st.bytes_mapped));
-    if (st.populate.count > 0) {
-      text += fmt::format("; MAP_POPULATE {} ({}), peak {}/s", st.populate.count,
-                          human_bytes(st.populate.bytes), st.populate.peak_per_s);
-    }
-    if (!st.large_anonymous.empty()) {
-      uint64_t bytes = 0;
-      for (const auto& [addr, m] : st.large_anonymous) bytes += m.len;
-      text += fmt::format("; {} large anonymous mappings never unmapped ({}{})",
-                          st.large_anonymous.size(), human_bytes(bytes),
-                          st.exited ? ", until exit" : "");
-    }
-    line(text);
-  }
-  for (const auto& [pid, by_dev] : os.ioctl) {
-    for (const auto& [rdev, st] : by_dev) {
-      auto dev = os.devices.find(rdev);
-      line(fmt::format("  ioctl {} on {}: {} calls, {} errors, mean {}, max {}, {} over {}",
-                       who(pid), dev != os.devices.end() ? dev->second : device_number(rdev),
-                       st.count, st.errors, human_ns(st.count ? st.total_ns / st.count : 0),
-                       human_ns(st.max_ns), st.slow, human_ns(os.slow_ioctl_ns)));
-    }
-  }
-}
 
 // The kernels with the most launches and the most launch time, per layer: a job may launch
 // thousands of distinct kernels (every SQLite row has them all); the summary keeps the top.
@@ -316,14 +248,6 @@ Result<void> write_summary(const Session& session, const std::string& path) {
 
 namespace {
 
-// The width of a table's first column: its longest entry, within bounds, so that columns line up
-// for the long names real jobs have (`torch/nn/modules/module.py:Module._call_impl`).
-size_t name_width(const std::vector<std::string_view>& names, size_t least) {
-  size_t width = least;
-  for (std::string_view n : names) width = std::max(width, n.size());
-  return std::min<size_t>(width, 80);
-}
-
 // A launching layer's kernels, most launched first (the summary also lists them by time).
 template <typename Line>
 void kernel_report(const KernelTable& kernels, Layer layer, Line& line) {
@@ -367,67 +291,6 @@ void inner_calls_report(const std::map<std::string, uint64_t, std::less<>>& inne
                        ? fmt::format(" and {} more API{}", by_count.size() - kShown,
                                      by_count.size() - kShown > 1 ? "s" : "")
                        : ""));
-}
-
-// The python layer: where the threads that work spend their time. A function's time is summed
-// over the threads that ran it; the time threads spent idle (waiting on a queue, a condition or
-// a selector for work to be handed to them) is left out, or idle workers outrank the hotspot.
-template <typename Line>
-void python_report(const Session& session, const LayerState& state, Line& line) {
-  const nlohmann::json functions = state.extra.value("functions", nlohmann::json::object());
-  struct Row {
-    uint64_t self_ns, total_ns, threads;
-    std::string_view name;
-    const nlohmann::json* f;
-  };
-  std::vector<Row> rows;
-  uint64_t idle_ns = 0;
-  for (const auto& [name, f] : functions.items()) {
-    const auto get = [&f](const char* key) { return f.value(key, uint64_t{0}); };
-    const uint64_t self = get("self_ns") - std::min(get("self_ns"), get("idle_self_ns"));
-    const uint64_t total = get("total_ns") - std::min(get("total_ns"), get("idle_total_ns"));
-    idle_ns += get("idle_self_ns");
-    if (total > 0) rows.push_back({self, total, get("threads"), name, &f});
-  }
-  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
-    return std::tie(a.self_ns, a.total_ns, a.name) > std::tie(b.self_ns, b.total_ns, b.name);
-  });
-  line(fmt::format("\n[python] {} interpreter(s), {} samples at {} Hz",
-                   state.extra.value("interpreters", nlohmann::json::array()).size(),
-                   state.extra.value("samples", 0), state.extra.value("sample_rate_hz", 0.0)));
-  for (const nlohmann::json& p : state.extra.value("startup", nlohmann::json::array())) {
-    line(fmt::format("  start-up: pid {} spent {:.2f} s importing modules", p.value("pid", 0),
-                     p.value("import_s", 0.0)));
-  }
-  if (const uint64_t rejected = state.extra.value("samples_rejected", uint64_t{0})) {
-    line(
-        fmt::format("  {} samples dropped: their stacks ran through memory the interpreter had "
-                    "just freed",
-                    rejected));
-  }
-  if (rows.empty()) {
-    line("  no Python code sampled at work");
-    return;
-  }
-  rows.resize(std::min<size_t>(rows.size(), 10));
-  std::vector<std::string_view> names;
-  for (const Row& r : rows) names.push_back(r.name);
-  const size_t width = name_width(names, 40);
-  line(fmt::format("  {:<{}} {:>11} {:>11} {:>7} {:>9}", "function (top 10 by self time)", width,
-                   "self", "total", "threads", "calls"));
-  bool summed = false;
-  const auto wall_ns = static_cast<uint64_t>(session.duration_s() * 1e9);
-  for (const Row& r : rows) {
-    summed = summed || (r.threads > 1 && r.total_ns > wall_ns);
-    line(fmt::format(
-        "  {:<{}} {:>11} {:>11} {:>7} {:>9}", r.name, width, human_ns(r.self_ns),
-        human_ns(r.total_ns), r.threads,
-        r.f->contains("count") ? std::to_string(r.f->value("count", uint64_t{0})) : "-"));
-  }
-  line(fmt::format(
-      "  times are summed over the threads that ran each function{}; {} of idle "
-      "waits (queue gets, condition waits, selectors) left out",
-      summed ? " (so a total can exceed the session's wall time)" : "", human_ns(idle_ns)));
 }
 
 }  // namespace
@@ -474,16 +337,8 @@ std::string text_report(const Session& s) {
                        state.reason.empty() ? "" : ": " + state.reason));
       continue;
     }
-    if (layer == Layer::kOs) {
-      os_report(s, line);
-      continue;
-    }
-    if (layer == Layer::kGpu) {
-      for (const std::string& text : gpu_report_lines(s)) line(text);
-      continue;
-    }
-    if (layer == Layer::kPython) {
-      python_report(s, state, line);
+    if (const auto own_lines = layer_info(layer).report_lines) {
+      for (std::string& text : own_lines(s, state)) line(std::move(text));
       continue;
     }
     const size_t libraries = state.libraries.size();

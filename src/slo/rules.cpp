@@ -8,13 +8,20 @@
 #include <set>
 #include <vector>
 
+#include "layers/layer.h"
+
 namespace eacgm::slo {
 namespace {
 
-// serve exports per-API call latency for these layers (its default ones and the optional torch);
-// the python layer never has per-function series (docs/SERVE.md).
-const std::set<std::string, std::less<>> kServeCallLayers = {"cuda", "driver", "nccl", "os",
-                                                             "torch"};
+// Whether serve exports per-API call latency for the layer named so: every layer serve can trace
+// that has calls (not the python layer, which it never traces, nor the gpu layer's NVML readings;
+// docs/SERVE.md).
+bool serve_has_call_series(std::string_view layer_name) {
+  const std::optional<Layer> layer = layer_from_name(layer_name);
+  if (!layer) return false;
+  const LayerInfo& info = layer_info(*layer);
+  return info.not_in_serve.empty() && info.source != LayerSource::kUserSpace;
+}
 
 // A YAML double-quoted scalar: every string written to the file goes through here, so API names,
 // comms and PromQL's own quotes cannot break the document.
@@ -81,7 +88,7 @@ std::string render_rules(const Slo& slo, const RulesOptions& options) {
       continue;
     }
     if (tail_latency_percentile(k.metric)) {
-      if (!kServeCallLayers.contains(k.layer)) {
+      if (!serve_has_call_series(k.layer)) {
         comments += unexpressed(o, "serve has no per-function series for this layer");
         continue;
       }

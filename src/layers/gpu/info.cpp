@@ -1,10 +1,17 @@
 #include "layers/gpu/info.h"
 
+#include "layers/gpu/gpu_report.h"
+
 namespace eacgm {
 
 const LayerInfo& gpu_layer_info() {
-  static const LayerInfo info{
-      .id = Layer::kGpu, .name = "gpu", .source = LayerSource::kUserSpace, .calls_key = ""};
+  static const LayerInfo info{.id = Layer::kGpu,
+                              .name = "gpu",
+                              .source = LayerSource::kUserSpace,
+                              .calls_key = "",
+                              .report_lines = [](const Session& session, const LayerState&) {
+                                return gpu_report_lines(session);
+                              }};
   return info;
 }
 

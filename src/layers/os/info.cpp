@@ -1,10 +1,15 @@
 #include "layers/os/info.h"
 
+#include "layers/os/os_report.h"
+
 namespace eacgm {
 
 const LayerInfo& os_layer_info() {
-  static const LayerInfo info{
-      .id = Layer::kOs, .name = "os", .source = LayerSource::kTracepoints, .calls_key = ""};
+  static const LayerInfo info{.id = Layer::kOs,
+                              .name = "os",
+                              .source = LayerSource::kTracepoints,
+                              .calls_key = "",
+                              .report_lines = os_report_lines};
   return info;
 }
 

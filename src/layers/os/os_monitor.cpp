@@ -8,6 +8,8 @@
 #include <bit>
 #include <cmath>
 
+#include "common/human_text.h"
+
 namespace eacgm {
 namespace {
 
@@ -91,17 +93,6 @@ void unmap_range(std::map<uint64_t, LiveMapping>& live, uint64_t addr, uint64_t 
 
 }  // namespace
 
-std::string format_bytes(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double b = static_cast<double>(bytes);
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", b, units[u]);
-}
-
 std::optional<MmapStormDetector::Storm> MmapStormDetector::add(uint64_t ts_ns, uint64_t bytes) {
   if (!origin_ns_) origin_ns_ = ts_ns;
   window_.emplace_back(ts_ns, bytes);
@@ -158,7 +149,7 @@ ProcessExit explain_exit(ProcessExit exit, const SignalEvent* signal, const OomK
   const std::string core = exit.core_dumped ? ", core dumped" : "";
   if (oom && sig == SIGKILL) {
     exit.cause = fmt::format("killed by the OOM killer: anon-rss {} in cgroup {}",
-                             format_bytes(oom->anon_rss_bytes), oom->cgroup);
+                             human_bytes(oom->anon_rss_bytes), oom->cgroup);
     if (oom->killer_pid != oom->pid && oom->killer_pid != 0) {
       exit.cause +=
           fmt::format(", when pid {} ({}) needed memory", oom->killer_pid, oom->killer_comm);
@@ -319,7 +310,7 @@ void OsMonitor::on_oom_kill(const OomKillEvent& e) {
   a.message = fmt::format(
       "{} was killed by the OOM killer: anon-rss {}, total-vm {}, in memory "
       "cgroup {}",
-      who(e.pid), format_bytes(e.anon_rss_bytes), format_bytes(e.total_vm_bytes), e.cgroup);
+      who(e.pid), human_bytes(e.anon_rss_bytes), human_bytes(e.total_vm_bytes), e.cgroup);
   a.suggestion =
       "raise the cgroup's memory limit or lower the job's memory use (batch size, data loader "
       "workers, prefetch buffers); layers.os.mmap shows MAP_POPULATE storms and large "
@@ -415,7 +406,7 @@ void OsMonitor::on_mmap(const MmapEvent& e) {
       "{} made {} mmap(MAP_POPULATE) calls within {:.2f} s ({:.0f} per {:g} s window, {}; {}): "
       "each one faults in its whole mapping before returning",
       who(e.pid), storm->count, (storm->ts_ns - storm->window_start_ns) / 1e9, storm->rate_per_s,
-      window_s, format_bytes(storm->bytes),
+      window_s, human_bytes(storm->bytes),
       storm->rule == "absolute"
           ? fmt::format("threshold {}/s", storm->threshold / window_s)
           : fmt::format("{:.0f}x its own rate of {:.1f}/s",

@@ -87,9 +87,6 @@ class MmapStormDetector {
 // and an OOM kill (if the OOM killer chose it). Fills cause and sender.
 ProcessExit explain_exit(ProcessExit exit, const SignalEvent* signal, const OomKillEvent* oom);
 
-// "1.2 GiB", "300.0 MiB", "512 B".
-std::string format_bytes(uint64_t bytes);
-
 class OsMonitor {
  public:
   struct Options {

@@ -1,5 +1,7 @@
 #include "layers/python/info.h"
 
+#include "layers/python/python_report.h"
+
 namespace eacgm {
 
 const LayerInfo& python_layer_info() {
@@ -7,6 +9,7 @@ const LayerInfo& python_layer_info() {
                               .name = "python",
                               .source = LayerSource::kInterpreters,
                               .calls_key = "functions",
+                              .report_lines = python_report_lines,
                               .serve_by_default = false,
                               // Per-thread sampling of every Python process on a node is a
                               // profiler's job: record or attach.
