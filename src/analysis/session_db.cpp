@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <sqlite3.h>
-#include <sys/stat.h>
 
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -11,18 +10,12 @@
 #include "analysis/leak_detector.h"
 #include "probes/probe_table.h"
 #include "session/session.h"
+#include "session/session_database.h"
 
 namespace eacgm {
 namespace {
 
-struct Db {
-  sqlite3* db = nullptr;
-  ~Db() { sqlite3_close(db); }
-};
-struct Stmt {
-  sqlite3_stmt* stmt = nullptr;
-  ~Stmt() { sqlite3_finalize(stmt); }
-};
+using Stmt = SqliteStmt;
 
 // What replaying an API needs of its probe row: its class, its effect on device memory, and the
 // argument holding the pointer it allocates or frees.
@@ -55,33 +48,16 @@ uint64_t pointer_arg(const char* args_json, const std::string& name) {
 
 }  // namespace
 
-Result<std::string> session_database(const std::string& dir) {
-  struct stat st {};
-  if (stat(dir.c_str(), &st) != 0) return Error{fmt::format("{}: no such session directory", dir)};
-  if (!S_ISDIR(st.st_mode)) {
-    return Error{
-        fmt::format("{}: not a directory (a session is the directory record -o wrote)", dir)};
-  }
-  std::string path = dir + "/events.sqlite";
-  if (stat(path.c_str(), &st) != 0) {
-    return Error{fmt::format("{}: not a session directory (no events.sqlite)", dir)};
-  }
-  return path;
-}
-
 Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string& dir,
                                                                bool with_places) {
-  auto database = session_database(dir);
+  auto database = open_session_directory(dir);
   if (!database) return database.error();
-  const std::string& path = *database;
-  Db db;
-  if (sqlite3_open_v2(path.c_str(), &db.db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
-    return Error{fmt::format("cannot open {}: {}", path, sqlite3_errmsg(db.db))};
-  }
+  const std::string& path = (*database)->path;
+  sqlite3* const db = (*database)->handle();
   auto prepare = [&](const char* sql, Stmt& s) -> Result<void> {
-    if (sqlite3_prepare_v2(db.db, sql, -1, &s.stmt, nullptr) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(db, sql, -1, &s.stmt, nullptr) != SQLITE_OK) {
       return Error{
-          fmt::format("{} is not an eacgm session database: {}", path, sqlite3_errmsg(db.db))};
+          fmt::format("{} is not an eacgm session database: {}", path, sqlite3_errmsg(db))};
     }
     return {};
   };
@@ -96,15 +72,17 @@ Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string
       const std::string key = reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 0));
       const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 1));
       const uint64_t value = text ? std::strtoull(text, nullptr, 10) : 0;
-      if (key == "schema_version") versioned = value == 1;
+      if (key == "schema_version") versioned = value == kSessionSchemaVersion;
       if (key == "start_ns") session->start_ns = value;
       if (key == "end_ns") session->end_ns = value;
     }
     if (rc != SQLITE_DONE) {
-      return Error{fmt::format("cannot read {}: {}", path, sqlite3_errmsg(db.db))};
+      return Error{fmt::format("cannot read {}: {}", path, sqlite3_errmsg(db))};
     }
-    if (!versioned)
-      return Error{fmt::format("{}: not an eacgm session database of schema 1", path)};
+    if (!versioned) {
+      return Error{fmt::format("{}: not an eacgm session database of schema {}", path,
+                               kSessionSchemaVersion)};
+    }
   }
   {
     Stmt s;
@@ -186,7 +164,7 @@ Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string
     }
   }
   if (rc != SQLITE_DONE) {
-    return Error{fmt::format("cannot read the calls of {}: {}", path, sqlite3_errmsg(db.db))};
+    return Error{fmt::format("cannot read the calls of {}: {}", path, sqlite3_errmsg(db))};
   }
   if (session->end_ns == 0 && !session->calls.empty()) {  // a crashed recording: no end written
     for (const CallSample& c : session->calls)

@@ -14,6 +14,7 @@
 #include "analysis/features.h"
 #include "analysis/window_analyzer.h"
 #include "common/result.h"
+#include "session/session_database.h"
 
 namespace eacgm {
 
@@ -34,10 +35,6 @@ struct RecordedSession {
   std::set<std::string, std::less<>> names;     // the calls' names point here
   std::vector<CallPlace> places;                // calls[i]'s place, when loaded `with_places`
 };
-
-// The events.sqlite of a session directory, or why `dir` is none (missing, not a directory, no
-// database in it), naming it.
-Result<std::string> session_database(const std::string& dir);
 
 // Errors name the directory or file and say what is wrong (missing, not a session database,
 // unreadable). Not movable once loaded (calls point into `names`): hence the pointer.

@@ -1,6 +1,6 @@
 // Owners of an SQLite connection and a prepared statement, closed and finalized on scope exit,
-// and the two ways of running SQL that reading a session database needs.
-// (session_db and scan still keep copies of their own; new code uses these.)
+// and the two ways of running SQL that reading a session database needs (a session's database is
+// opened through session/session_database.h).
 #pragma once
 
 #include <sqlite3.h>

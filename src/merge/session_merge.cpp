@@ -55,13 +55,10 @@ struct Source {
 };
 
 Result<Source> read_source(const std::string& dir) {
-  auto database = session_database(dir);
+  auto database = open_session_directory(dir);
   if (!database) return database.error();
-  const std::string& path = *database;
-  SqliteDb db;
-  if (sqlite3_open_v2(path.c_str(), &db.db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
-    return Error{fmt::format("{}: cannot open: {}", path, sqlite3_errmsg(db.db))};
-  }
+  const std::string& path = (*database)->path;
+  const SqliteDb& db = (*database)->db;
   Source s;
   s.dir = dir;
   const fs::path normal = fs::path(dir).lexically_normal();

@@ -681,13 +681,9 @@ class SessionPage {
 Result<std::string> session_report_html(const std::string& dir) {
   auto run = compare::read_run(dir);
   if (!run) return run.error();
-  auto database = session_database(dir);
+  auto database = open_session_directory(dir);
   if (!database) return database.error();
-  SqliteDb db;
-  if (sqlite3_open_v2(database->c_str(), &db.db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
-    return Error{fmt::format("{}: cannot open: {}", *database, sqlite3_errmsg(db.db))};
-  }
-  return SessionPage(*run, dir).build(db.db);
+  return SessionPage(*run, dir).build((*database)->handle());
 }
 
 }  // namespace eacgm::report

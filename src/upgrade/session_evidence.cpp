@@ -7,20 +7,14 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "session/session_database.h"
+
 namespace eacgm::upgrade {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct EvidenceDb {
-  sqlite3* db = nullptr;
-  ~EvidenceDb() { sqlite3_close(db); }
-};
-
-struct EvidenceStmt {
-  sqlite3_stmt* stmt = nullptr;
-  ~EvidenceStmt() { sqlite3_finalize(stmt); }
-};
+using EvidenceStmt = SqliteStmt;
 
 std::string column_text(sqlite3_stmt* stmt, int i) {
   const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(stmt, i));
@@ -83,30 +77,15 @@ Result<void> read_summary(const fs::path& path, SessionEvidence& evidence) {
 }
 
 Result<void> read_database(const fs::path& path, SessionEvidence& evidence) {
-  EvidenceDb db;
-  if (sqlite3_open_v2(path.c_str(), &db.db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
-    return Error{fmt::format("cannot open {}: {}", path.string(), sqlite3_errmsg(db.db))};
-  }
-  auto not_ours = [&](const std::string& why) {
-    return Error{fmt::format("{} is not an eacgm session database: {}", path.string(), why)};
-  };
-  std::set<std::string> tables;
-  {
-    EvidenceStmt s;
-    if (sqlite3_prepare_v2(db.db, "SELECT name FROM sqlite_master WHERE type = 'table'", -1,
-                           &s.stmt, nullptr) != SQLITE_OK) {
-      return not_ours(sqlite3_errmsg(db.db));
-    }
-    int rc;
-    while ((rc = sqlite3_step(s.stmt)) == SQLITE_ROW) tables.insert(column_text(s.stmt, 0));
-    if (rc != SQLITE_DONE) return not_ours(sqlite3_errmsg(db.db));
-  }
-  if (!tables.contains("meta")) return not_ours("it has no meta table");
+  auto database = open_session_database(path.string());
+  if (!database) return database.error();
+  sqlite3* const db = (*database)->handle();
+  const std::set<std::string, std::less<>>& tables = (*database)->tables;
   // Every query below reads what an older or a crashed session may lack: a missing table or
   // column only means less evidence.
   auto each_row = [&](const char* sql, auto&& row) {
     EvidenceStmt s;
-    if (sqlite3_prepare_v2(db.db, sql, -1, &s.stmt, nullptr) != SQLITE_OK) return;
+    if (sqlite3_prepare_v2(db, sql, -1, &s.stmt, nullptr) != SQLITE_OK) return;
     while (sqlite3_step(s.stmt) == SQLITE_ROW) row(s.stmt);
   };
   if (tables.contains("python_functions")) {

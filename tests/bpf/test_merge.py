@@ -268,7 +268,7 @@ class Merge(unittest.TestCase):
             f.write("not a database")
         r = eacgm("merge", self.nodes[0], corrupt, "-o", self.out("y"))
         self.assertEqual(r.returncode, 2)
-        self.assertIn("corrupt/events.sqlite: not a session database", r.stderr)
+        self.assertIn("corrupt/events.sqlite is not an eacgm session database", r.stderr)
         self.assertFalse(os.path.exists(self.out("y")))
         r = eacgm("merge", *self.nodes, "-o", self.out("z"), "--reference", "2")
         self.assertEqual(r.returncode, 2)
