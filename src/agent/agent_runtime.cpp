@@ -25,13 +25,20 @@ LoopSignals::~LoopSignals() {
   sigprocmask(SIG_SETMASK, &previous_, nullptr);
 }
 
+namespace {
+
+// The os layer leaves out the signals of eacgm's own loader stops: those this process sends.
+AgentMode with_own_pid(AgentMode mode) {
+  mode.os_monitor.self_pid = static_cast<uint32_t>(getpid());
+  return mode;
+}
+
+}  // namespace
+
 AgentRuntime::AgentRuntime(AgentOptions options, AgentMode mode)
     : options_(std::move(options)),
-      mode_(std::move(mode)),
-      recorder_(session_, options_.layers,
-                CollectiveTracker::Options{
-                    .hang_timeout_ns = static_cast<uint64_t>(options_.hang_timeout_s * 1e9),
-                    .straggler_window = mode_.straggler_window}) {}
+      mode_(with_own_pid(std::move(mode))),
+      recorder_(session_, options_.layers, options_, mode_) {}
 
 std::optional<int> AgentRuntime::open() {
   const Privileges privileges = current_privileges();
@@ -49,9 +56,6 @@ std::optional<int> AgentRuntime::open() {
   session_.realtime_offset_ns = realtime_offset_ns();
   session_.start_ns = monotonic_ns();
   if (!mode_.output_dir.empty()) recorder_.set_output_dir(mode_.output_dir);
-  OsMonitor::Options os_monitor = mode_.os_monitor;
-  os_monitor.self_pid = static_cast<uint32_t>(getpid());
-  recorder_.configure_os({.ioctl_devices = options_.ioctl_devices, .monitor = os_monitor});
 
   std::set<Layer> bpf_layers;
   std::vector<std::string> notice;
@@ -82,34 +86,19 @@ std::optional<int> AgentRuntime::open() {
   for (const std::string& warning : tracer_->warnings()) {
     fmt::print(stderr, "eacgm: warning: {}\n", warning);
   }
-  if (auto problem = tracer_->layer_problem(Layer::kOs);
-      problem && options_.layers.contains(Layer::kOs)) {
-    fmt::print(stderr, "eacgm: warning: the os layer is unavailable: {}\n", *problem);
+  // A layer whose programs the tracer loads at once (its tracepoints) and could not: said now.
+  // Those loaded with their first library or interpreter say so then.
+  for (Layer layer : options_.layers) {
+    if (auto problem = tracer_->layer_problem(layer)) {
+      fmt::print(stderr, "eacgm: warning: the {} layer is unavailable: {}\n", layer_name(layer),
+                 *problem);
+    }
   }
-  recorder_.refresh_ioctl_devices();
-  if (options_.layers.contains(Layer::kPython)) {
-    recorder_.configure_python(
-        {.rate_hz = options_.python_rate_hz,
-         .slow_call_ns = static_cast<uint64_t>(options_.python_slow_ms * 1e6)},
-        options_.python_calls);
-    tracer_->start_python_sampler(options_.python_rate_hz);
-  }
+  recorder_.start_layers();
   return std::nullopt;
 }
 
 void AgentRuntime::begin() {
-  // Never fatal: no NVML is the normal case on a machine without a GPU, and the report says so.
-  // Only a library asked for by name deserves a warning.
-  if (options_.layers.contains(Layer::kGpu)) {
-    GpuLayer::Options gpu;
-    gpu.library = options_.nvml_lib;
-    gpu.rate_hz = options_.gpu_rate_hz;
-    gpu_ = GpuLayer::start(gpu, session_.start_ns);
-    recorder_.set_gpu(gpu_.get());
-    if (!gpu_->active() && !options_.nvml_lib.empty()) {
-      fmt::print(stderr, "eacgm: warning: the gpu layer is unavailable: {}\n", gpu_->reason());
-    }
-  }
   // The notice of new processes stops them at the loader too: serve needs the probe either way.
   if (options_.stop_on_dlopen || mode_.notice_libraries) {
     if (auto r = tracer_->attach_loader(kLoaderPath); !r) {

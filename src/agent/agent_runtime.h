@@ -20,33 +20,12 @@
 #include "agent/overhead_meter.h"
 #include "agent/recorder.h"
 #include "common/clock.h"
-#include "layers/gpu/gpu_layer.h"
-#include "layers/nccl/collectives.h"
-#include "layers/os/os_monitor.h"
 #include "probes/probe_table.h"
 #include "probes/tracer.h"
 #include "session/session.h"
 #include "sinks/sink.h"
 
 namespace eacgm {
-
-// How a mode keeps its session. record and attach keep everything for summary.json; serve runs
-// for days, so what it keeps is bounded.
-struct AgentMode {
-  bool keep_durations = true;  // every call's duration (serve: fixed-bucket histograms instead)
-  // Collectives each rank is judged on for stragglers (CollectiveTracker::Options).
-  size_t straggler_window = CollectiveTracker::Options{}.straggler_window;
-  OsMonitor::Options os_monitor;  // its self_pid is set here
-  // serve: a process that maps a library of a traced layer becomes a target as it maps it
-  // (Tracer::Options::notice_libraries); Recorder::set_notice_handler decides which to keep.
-  bool notice_libraries = false;
-  // Only processes in this cgroup directory are noticed (Tracer::Options::notice_cgroup_dir).
-  std::string notice_cgroup_dir;
-  // The trap cost (OverheadMeter) is measured at start-up, once a boot, where the mode has no
-  // end to measure it after (serve); record and attach measure it after the job, not beside it.
-  bool trap_cost_at_start = false;
-  std::string output_dir;  // flight recorders are written here; empty: none
-};
 
 // The signals a live mode reads from a signalfd instead of handling them: blocked from
 // construction, which must come before any thread exists so that they reach only the fd, to
@@ -108,7 +87,7 @@ class AgentRuntime {
   void stop();
   // Each traced layer's status in the session (LayerState::status, reason, libraries), from what
   // the tracer probed and what the targets mapped, by the layer's LayerSource. A layer read from
-  // user space (gpu) is its reader's: GpuLayer::finish.
+  // user space (gpu) is its runtime's: LayerRuntime::finish.
   void settle_layer_statuses();
   // What tracing has cost the targets so far (session/overhead.h).
   TracingOverhead overhead(uint64_t now_ns);
@@ -117,7 +96,6 @@ class AgentRuntime {
   Session& session() { return session_; }
   Recorder& recorder() { return recorder_; }
   Tracer& tracer() { return *tracer_; }
-  const GpuLayer* gpu() const { return gpu_.get(); }  // null without the gpu layer
 
  private:
   void settle_library_layer(const LayerInfo& info, LayerState& state,
@@ -129,7 +107,6 @@ class AgentRuntime {
   Recorder recorder_;
   OverheadMeter overhead_;
   std::unique_ptr<Tracer> tracer_;
-  std::unique_ptr<GpuLayer> gpu_;
 };
 
 }  // namespace eacgm

@@ -2,12 +2,8 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <glob.h>
 #include <signal.h>
-#include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -20,8 +16,6 @@
 #include "common/atomic_file.h"
 #include "common/clock.h"
 #include "common/json_text.h"
-#include "layers/python/python_binary.h"
-#include "layers/python/python_layouts.h"
 #include "layers/torch/unwind_stop.h"
 #include "probes/library_finder.h"
 #include "reader/decoder.h"
@@ -53,34 +47,6 @@ std::vector<std::string> split_nul(const std::string& s) {
   return out;
 }
 
-// Device files matching comma-separated globs, by kernel dev_t (major << 20
-// | minor: what the BPF side reads from the inode).
-std::map<uint32_t, std::string> char_devices_matching(const std::string& patterns) {
-  std::map<uint32_t, std::string> out;
-  std::stringstream ss(patterns);
-  std::string pattern;
-  while (std::getline(ss, pattern, ',')) {
-    if (pattern.empty()) continue;
-    glob_t g{};
-    if (glob(pattern.c_str(), 0, nullptr, &g) == 0) {
-      for (size_t i = 0; i < g.gl_pathc; ++i) {
-        struct stat st {};
-        if (stat(g.gl_pathv[i], &st) != 0 || !S_ISCHR(st.st_mode)) continue;
-        const uint32_t rdev = (major(st.st_rdev) << 20) | minor(st.st_rdev);
-        out.try_emplace(rdev, g.gl_pathv[i]);
-      }
-    }
-    globfree(&g);
-  }
-  return out;
-}
-
-uint64_t monotonic_now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 // At most this many flight recorder files per session: a job whose workers
 // fail by the thousand must not fill the disk.
 constexpr size_t kMaxFlightFiles = 1000;
@@ -104,6 +70,34 @@ ProcessExit describe_exit_status(int status) {
   return exit;
 }
 
+Recorder::Recorder(Session& session, std::set<Layer> layers, const AgentOptions& options,
+                   const AgentMode& mode)
+    : session_(session), layers_(std::move(layers)) {
+  analysis_.set_lookup([this](uint32_t pid) {
+    const ProcessInfo* p = session_.find_process(pid);
+    return p ? EntityInfo{p->rank, p->comm, std::string(process_role(session_, *p))} : EntityInfo{};
+  });
+  runtimes_ = make_layer_runtimes(layers_, {.options = options, .mode = mode}, *this);
+}
+
+void Recorder::start_layers() {
+  for (auto& [layer, runtime] : runtimes_) runtime->start();
+}
+
+bool Recorder::layer_mapped(Layer layer) const {
+  if (mapped_layers_.contains(layer)) return true;
+  return std::ranges::any_of(runtimes_, [layer](const auto& entry) {
+    return entry.first == layer && entry.second->mapped();
+  });
+}
+
+std::optional<std::string> Recorder::layer_unavailable(Layer layer) const {
+  for (const auto& [id, runtime] : runtimes_) {
+    if (id == layer) return runtime->unavailable();
+  }
+  return std::nullopt;
+}
+
 // Said once, on stderr, as it happens: nothing is kept (serve runs for months).
 void Recorder::warn(std::string message) { fmt::print(stderr, "eacgm: warning: {}\n", message); }
 
@@ -120,140 +114,16 @@ void Recorder::handle(std::span<const std::byte> data) {
     if (!named->failed()) session_.kernels.name_handle(named->pid, named->handle, named->name);
   } else if (auto* proc = std::get_if<ProcEvent>(&*event)) {
     on_process_event(*proc);
-  } else if (std::holds_alternative<PySampleEvent>(*event) ||
-             std::holds_alternative<PyCodeEvent>(*event) ||
-             std::holds_alternative<PyFunctionEvent>(*event) ||
-             std::holds_alternative<PyGcEvent>(*event)) {
-    on_python_event(*event);
   } else {
-    on_os_event(*event);
+    for (auto& [layer, runtime] : runtimes_) {
+      if (runtime->on_event(*event)) return;  // the layer's own record (os, python)
+    }
   }
-}
-
-void Recorder::configure_os(OsOptions options) {
-  ioctl_devices_ = std::move(options.ioctl_devices);
-  os_ = OsMonitor(options.monitor);
-}
-
-void Recorder::refresh_ioctl_devices() {
-  if (!probes_ || !layers_.contains(Layer::kOs)) return;
-  devices_refreshed_ns_ = monotonic_now_ns();
-  std::map<uint32_t, std::string> devices = char_devices_matching(ioctl_devices_);
-  std::set<uint32_t> numbers;
-  for (const auto& [rdev, path] : devices) numbers.insert(rdev);
-  if (auto r = probes_->set_ioctl_devices(numbers); !r) warn(r.error().message);
-  os_.set_devices(ioctl_devices_, std::move(devices));
 }
 
 void Recorder::report(Anomaly anomaly) {
   fmt::print(stderr, "eacgm: anomaly [{}] {}\n", anomaly.kind, anomaly.message);
   session_.anomalies.push_back(std::move(anomaly));
-}
-
-void Recorder::on_os_event(const Event& event) {
-  os_.set_session_start(session_.start_ns);  // anomalies count seconds from it
-  uint32_t pid = 0;
-  if (const auto* s = std::get_if<SignalEvent>(&event)) {
-    if (!os_.on_signal(*s)) return;  // eacgm's own loader stop and resume
-    pid = s->pid;
-  } else if (const auto* o = std::get_if<OomKillEvent>(&event)) {
-    os_.on_oom_kill(*o);
-    pid = o->pid;
-  } else if (const auto* m = std::get_if<MmapEvent>(&event)) {
-    os_.on_mmap(*m);
-    pid = m->pid;
-  } else if (const auto* i = std::get_if<IoctlEvent>(&event)) {
-    os_.on_ioctl(*i);
-    pid = i->pid;
-  } else {
-    return;
-  }
-  flight_.add(pid, event);
-}
-
-void Recorder::on_python_event(const Event& event) {
-  if (const auto* sample = std::get_if<PySampleEvent>(&event)) {
-    for (const PythonStackChange& change : python_.on_sample(*sample)) {
-      for (auto& sink : sinks_) sink->on_python_stack(change);
-    }
-  } else if (const auto* code = std::get_if<PyCodeEvent>(&event)) {
-    python_.on_code(*code);
-  } else if (const auto* function = std::get_if<PyFunctionEvent>(&event)) {
-    python_.on_function(*function);
-  } else if (const auto* gc = std::get_if<PyGcEvent>(&event)) {
-    python_.on_gc(*gc);
-    ++session_.events_recorded;
-  }
-}
-
-void Recorder::find_interpreter(uint32_t pid, const std::vector<MappedFile>& files) {
-  if (!probes_ || !layers_.contains(Layer::kPython) || python_processes_.contains(pid)) return;
-  if (probes_->layer_problem(Layer::kPython)) return;  // its programs did not load: said then
-  for (const MappedFile& file : files) {
-    if (!file.executable || not_interpreters_.contains(file.id)) continue;
-    const std::string path = path_in_root_of(pid, file.path);
-    auto interpreter = inspect_interpreter(path);
-    if (!interpreter) {
-      warn(interpreter.error().message);
-      not_interpreters_.insert(file.id);
-      continue;
-    }
-    if (!*interpreter) {
-      not_interpreters_.insert(file.id);
-      continue;
-    }
-    const PythonInterpreter& found = **interpreter;
-    const std::optional<uint32_t> layout = python_layout_index(found.version);
-    if (!layout) {
-      warn(
-          fmt::format("python layer: {} is CPython {}.{}, whose structures eacgm does not know "
-                      "(3.8 to 3.13 are supported); its stacks are not sampled",
-                      file.path, found.version / 100, found.version % 100));
-      not_interpreters_.insert(file.id);
-      return;
-    }
-    Result<uint64_t> runtime = runtime_address(found, file);
-    if (!runtime) {
-      warn(fmt::format("python layer: process {}: {}", pid, runtime.error().message));
-      return;
-    }
-    const uint32_t layout_index = *layout;
-    if (auto r = probes_->add_python_process(pid, *runtime, layout_index); !r) {
-      warn(r.error().message);
-      return;
-    }
-    python_processes_[pid] = {*runtime, layout_index};
-    mapped_layers_.insert(Layer::kPython);
-    // Function keys are relative to the script's directory: the job's own modules by path.
-    std::error_code cwd_error;
-    const std::string cwd =
-        std::filesystem::read_symlink(fmt::format("/proc/{}/cwd", pid), cwd_error).string();
-    python_.add_interpreter({pid, static_cast<int>(found.version), file.path, found.has_usdt,
-                             python_script_dir(session_.process(pid).cmdline, cwd)});
-    if (found.has_usdt) {
-      if (auto r = probes_->attach_python_usdt(path, python_calls_); !r) warn(r.error().message);
-    }
-    return;
-  }
-}
-
-void Recorder::check_libraries(uint32_t pid, const std::vector<MappedFile>& files) {
-  std::vector<LibraryBuild> builds;
-  for (const MappedFile& file : files) {
-    if (!file.executable || !library_family(file.path)) continue;
-    auto known = library_builds_.find(file.id);
-    if (known == library_builds_.end()) {
-      // Read through /proc/PID/root: the target may live in another mount namespace.
-      std::optional<LibraryBuild> build =
-          identify_library(file.path, file.id, path_in_root_of(pid, file.path));
-      if (!build) continue;
-      known = library_builds_.emplace(file.id, std::move(*build)).first;
-    }
-    builds.push_back(known->second);
-    builds.back().path = file.path;  // one inode, perhaps several names: this process's
-  }
-  os_.set_session_start(session_.start_ns);
-  os_.on_libraries(pid, builds, monotonic_now_ns());
 }
 
 void Recorder::lose_flight_recorder(const std::string& relative, std::string error) {
@@ -266,12 +136,16 @@ void Recorder::write_flight_recorder(uint32_t pid) {
   const ProcessInfo* proc = session_.find_process(pid);
   if (out_dir_.empty() || !proc || flight_files_ >= kMaxFlightFiles) return;
   const std::string relative = fmt::format("flight_recorder/{}.json", pid);
+  std::map<uint32_t, std::string> device_names;  // its ioctls' devices, by the layers that know
+  for (const auto& [layer, runtime] : runtimes_) {
+    if (const auto* names = runtime->device_names())
+      device_names.insert(names->begin(), names->end());
+  }
   const std::string path = out_dir_ + "/" + relative;
   std::error_code ec;
   std::filesystem::create_directories(out_dir_ + "/flight_recorder", ec);
   if (auto written = write_file_atomically(
-          path,
-          json_text(flight_.report(*proc, session_.start_ns, os_.activity().devices), 2) + '\n');
+          path, json_text(flight_.report(*proc, session_.start_ns, device_names), 2) + '\n');
       !written) {
     lose_flight_recorder(relative, written.error().message);
     return;
@@ -342,16 +216,13 @@ void Recorder::on_call(const CallRecord& event) {
   flight_.add(event.pid, Event{event});
   if (!event.finished) {
     CallRecord entry = event;
-    entry.collective = collectives_.on_begin(event, &proc);
+    for (auto& [layer, runtime] : runtimes_) runtime->on_call_entry(entry, proc);
     for (auto& sink : sinks_) sink->on_entry(entry);
     return;
   }
   CallRecord call = event;
-  if (call.py_code != 0) call.py_site = python_.site(call.pid, call.py_code, call.py_instr);
+  for (auto& [layer, runtime] : runtimes_) runtime->on_call(call, proc);
   call.kernel = session_.kernels.kernel_of(call);
-  if (layers_.contains(Layer::kOs)) {
-    os_.on_traced_call(call.pid, call.tid, call.start_ns, call.start_ns + call.duration_ns);
-  }
   if (call.inner) {
     // NVIDIA's runtime running on the driver: part of the runtime call around it. Shown nested
     // in the timeline and kept in the database, never a second launch, allocation or sample.
@@ -364,18 +235,8 @@ void Recorder::on_call(const CallRecord& event) {
     for (auto& sink : sinks_) sink->on_call(call);
     return;
   }
-  if (layers_.contains(Layer::kPython)) {
-    python_.note_traced_call(call.pid, call.tid, call.start_ns, call.duration_ns);
-  }
-  if (call.layer() == Layer::kNccl) {
-    call.collective = collectives_.on_end(call, &proc);
-    if (call.spec->role == CallRole::kCommInit && !call.failed() && !proc.rank) {
-      proc.rank = static_cast<int32_t>(call.raw.word(call.spec->rank_slot));
-    }
-  }
   ++session_.events_recorded;
   session_.add_call(call);
-  if (call.layer() == Layer::kTorch) torch_threads_.on_op(call);
   const bool memory_event = !call.failed() && (call.spec->memory == MemoryEffect::kDeviceAlloc ||
                                                call.spec->memory == MemoryEffect::kDeviceFree);
   if (memory_event) {
@@ -429,30 +290,24 @@ void Recorder::watch_process(uint32_t pid, uint64_t start_ns) {
   ProcessInfo& proc = session_.process(pid);
   proc.start_ns = start_ns;
   refresh_identity(pid);
-  os_.on_process(pid, proc.comm, start_ns);
+  for (auto& [layer, runtime] : runtimes_) runtime->on_process_start(pid, proc, start_ns);
   attach_mapped_libraries(pid);
 }
 
 void Recorder::attach_mapped_libraries(uint32_t pid) {
   if (!probes_) return;
   auto files = mapped_files(pid);
-  if (!files) return;  // it exited meanwhile; its exit event tells the rest
-  if (layers_.contains(Layer::kOs)) check_libraries(pid, *files);
-  find_interpreter(pid, *files);
+  if (!files) return;      // it exited meanwhile; its exit event tells the rest
   std::set<Layer> needed;  // loaded together: each object's verification takes a while
   for (const MappedFile& file : *files) {
     const std::optional<Layer> layer = library_layer(file.path);
     if (file.executable && layer && layers_.contains(*layer)) needed.insert(*layer);
   }
-  // Before the unwind guard below: it is the torch layer's program, placed once libtorch is.
+  // Before the runtimes look: the torch layer's unwind guard is a program of its object.
   if (auto loaded = probes_->load_layers(needed); !loaded) warn(loaded.error().message);
+  for (auto& [layer, runtime] : runtimes_) runtime->on_mapped_files(pid, *files);
   for (const MappedFile& file : *files) {
     if (!file.executable) continue;
-    if (layers_.contains(Layer::kTorch) && is_unwinder_library(file.path)) {
-      auto guarded = probes_->attach_unwind_guard(path_in_root_of(pid, file.path));
-      if (!guarded) warn(guarded.error().message);
-      continue;
-    }
     const std::optional<Layer> layer = library_layer(file.path);
     if (!layer || !layers_.contains(*layer)) continue;
     mapped_layers_.insert(*layer);
@@ -504,42 +359,35 @@ void Recorder::on_process_event(const ProcEvent& event) {
         child.rank = parent->rank;
         child.world_size = parent->world_size;
       }
-      os_.on_process(event.pid, child.comm, event.ts_ns);
-      flight_.add(event.pid, Event{event});
-      // A fork runs its parent's interpreter at the same addresses.
-      if (auto parent = python_processes_.find(event.ppid); parent != python_processes_.end()) {
-        const PythonRegistration reg = parent->second;
-        if (auto r = probes_->add_python_process(event.pid, reg.runtime, reg.layout); r) {
-          python_processes_[event.pid] = reg;
-          python_.on_fork(event.ppid, event.pid);
-        } else {
-          warn(r.error().message);
-        }
+      for (auto& [layer, runtime] : runtimes_) {
+        runtime->on_process_start(event.pid, child, event.ts_ns);
+        runtime->on_fork(event.ppid, event.pid);
       }
+      flight_.add(event.pid, Event{event});
       break;
     }
-    case ProcEvent::Kind::kExec:
-      if (python_processes_.erase(event.pid) > 0) {  // its interpreter is gone with its image
-        probes_->remove_python_process(event.pid);
-        python_.forget(event.pid);
-      }
-      session_.process(event.pid).execed = true;
-      session_.process(event.pid).rank.reset();
-      session_.process(event.pid).world_size.reset();
+    case ProcEvent::Kind::kExec: {
+      ProcessInfo& proc = session_.process(event.pid);
+      proc.execed = true;
+      proc.rank.reset();
+      proc.world_size.reset();
       refresh_identity(event.pid);
-      os_.on_process(event.pid, session_.process(event.pid).comm, event.ts_ns);
+      for (auto& [layer, runtime] : runtimes_) {
+        runtime->on_exec(event.pid);
+        runtime->on_process_start(event.pid, proc, event.ts_ns);
+      }
       flight_.add(event.pid, Event{event});
       break;
+    }
     case ProcEvent::Kind::kExit: {
       ProcessInfo& proc = session_.process(event.pid);
       if (proc.comm.empty()) proc.comm = event.comm;
       proc.end_ns = event.ts_ns;
       analysis_.end_process(event.pid, event.ts_ns);
-      // The wait status says how; the os layer's signals and OOM kills say why.
-      proc.exit = os_.explain(event.pid, describe_exit_status(event.status));
-      os_.on_process_exit(event.pid);
+      // The wait status says how; a layer may say why (the os layer: the signal, the OOM kill).
+      proc.exit = describe_exit_status(event.status);
+      for (auto& [layer, runtime] : runtimes_) runtime->on_exit(event.pid, proc);
       stopped_.erase(event.pid);
-      if (python_processes_.erase(event.pid) > 0) probes_->remove_python_process(event.pid);
       flight_.add(event.pid, Event{event});
       if (proc.exit->abnormal()) write_flight_recorder(event.pid);
       flight_.forget(event.pid);
@@ -582,7 +430,7 @@ void Recorder::resume(uint32_t pid) {
   ++pauses_.count;
   pauses_.total_ns += paused;
   pauses_.longest_ns = std::max(pauses_.longest_ns, paused);
-  collectives_.note_pause(pid, it->second, now);
+  for (auto& [layer, runtime] : runtimes_) runtime->on_pause(pid, it->second, now);
   stopped_.erase(it);
 }
 
@@ -615,18 +463,13 @@ size_t Recorder::live_processes() const {
 }
 
 void Recorder::forget_process(uint32_t pid) {
-  if (const ProcessInfo* proc = session_.find_process(pid)) {
-    for (const auto& [tid, name] : proc->threads) session_.torch_nesting.forget_thread(tid);
-  }
-  torch_threads_.forget(pid);
+  for (auto& [layer, runtime] : runtimes_) runtime->forget(pid);  // before its session entry goes
   session_.processes.erase(pid);
   session_.device_memory.erase(pid);
   flight_.forget(pid);
   leaks_.forget(pid);
   analysis_.forget(pid);
   stopped_.erase(pid);
-  collectives_.forget_process(pid);
-  os_.forget_process(pid);
 }
 
 void Recorder::tick(uint64_t now_ns, bool final) {
@@ -639,8 +482,6 @@ void Recorder::tick(uint64_t now_ns, bool final) {
       resume(pid);
     }
   }
-  // GPU readings and XIDs queued by the sampler's threads since the last tick.
-  if (gpu_) gpu_->poll(session_, sinks_, [this](Anomaly a) { report(std::move(a)); });
   // Trends need time to show: the leak check runs once a second and at the end.
   if (final || now_ns >= leaks_checked_ns_ + 1'000'000'000) {
     leaks_checked_ns_ = now_ns;
@@ -650,98 +491,15 @@ void Recorder::tick(uint64_t now_ns, bool final) {
   // Windows close a second at a time; the detectors learn each worker's warm-up, then score.
   analysis_.set_session_start(session_.start_ns);
   for (Anomaly& a : final ? analysis_.finish(now_ns) : analysis_.advance(now_ns)) {
-    note_cpu_waits(a);
+    for (const auto& [layer, runtime] : runtimes_) runtime->explain_window(a);
     report(std::move(a));
   }
   if (final) session_.window_workers = analysis_.report();
-  if (layers_.contains(Layer::kOs)) {
-    os_.set_session_start(session_.start_ns);
-    for (Anomaly& a : os_.take_anomalies(final ? OsMonitor::kReleaseAll : now_ns)) {
-      report(std::move(a));
-    }
-    if (now_ns >= devices_refreshed_ns_ + 1'000'000'000) refresh_ioctl_devices();
-  }
-  if (layers_.contains(Layer::kPython)) {
-    for (Anomaly& a : python_.take_anomalies(session_, now_ns, final)) report(std::move(a));
-  }
-  if (!layers_.contains(Layer::kNccl)) return;
-  collectives_.set_session_start(session_.start_ns);
-  for (Anomaly& a : collectives_.check(now_ns)) report(std::move(a));
-  for (const CollectiveTracker::HangResolution& r : collectives_.take_resolutions()) {
-    resolve_hang(r);
-  }
-}
-
-void Recorder::note_cpu_waits(Anomaly& anomaly) const {
-  const auto window = anomaly.evidence.find("window_s");
-  if (!layers_.contains(Layer::kPython) || !anomaly.pid || window == anomaly.evidence.end() ||
-      !window->is_array() || window->size() != 2) {
-    return;
-  }
-  auto ns = [this](const nlohmann::json& s) {
-    return session_.start_ns + static_cast<uint64_t>(std::max(0.0, s.get<double>()) * 1e9);
-  };
-  const std::optional<double> share =
-      python_.cpu_wait_share(*anomaly.pid, ns((*window)[0]), ns((*window)[1]));
-  // A quarter: a thread here and there waits a little for a CPU on any machine.
-  if (!share || *share < 0.25) return;
-  anomaly.evidence["cpu_wait_share"] = *share;
-  anomaly.message += fmt::format(
-      "; its threads waited for a CPU {:.0f} % of that time: the machine's CPUs were taken",
-      100 * *share);
-  anomaly.suggestion =
-      "see what else ran on the machine's CPUs then (other jobs, more DataLoader "
-      "workers than CPUs) before the code; then: " +
-      anomaly.suggestion;
-}
-
-void Recorder::resolve_hang(const CollectiveTracker::HangResolution& resolution) {
-  for (Anomaly& a : session_.anomalies) {
-    if (a.kind != "hang" || a.evidence.value("communicator", "") != resolution.communicator ||
-        a.evidence.value("seq", uint64_t{0}) != resolution.seq ||
-        a.evidence.contains("resolved_after_s")) {
-      continue;
-    }
-    a.evidence["resolved_after_s"] = resolution.waited_s;
-    a.message +=
-        fmt::format("; it moved on after {:.1f} s: a stall, not a hang", resolution.waited_s);
-    fmt::print(stderr, "eacgm: anomaly [hang] resolved: {}\n", a.message);
-    return;
-  }
+  for (auto& [layer, runtime] : runtimes_) runtime->tick(now_ns, final);
 }
 
 std::vector<std::string> Recorder::finish_sinks() {
-  if (layers_.contains(Layer::kTorch)) {
-    session_.layers[Layer::kTorch].extra["threads"] = torch_threads_.finish(session_);
-  }
-  if (layers_.contains(Layer::kNccl)) {
-    session_.layers[Layer::kNccl].extra["ranks"] = collectives_.rank_figures();
-    session_.layers[Layer::kNccl].extra["open_collectives"] = collectives_.open_collectives();
-  }
-  if (layers_.contains(Layer::kOs)) {
-    for (Anomaly& a : os_.take_anomalies()) report(std::move(a));
-    session_.os = os_.activity();
-    const nlohmann::json figures = os_.figures();
-    for (const auto& [key, value] : figures.items()) session_.layers[Layer::kOs].extra[key] = value;
-  }
-  if (layers_.contains(Layer::kPython)) {
-    if (probes_) {
-      for (const ProbeControl::PythonCallCount& c : probes_->python_call_counts()) {
-        python_.add_call_count(c.pid, c.file_ptr, c.name_ptr, c.count);
-      }
-    }
-    for (const PythonStackChange& change : python_.close_stacks()) {
-      for (auto& sink : sinks_) sink->on_python_stack(change);
-    }
-    const nlohmann::json figures = python_.figures();
-    LayerState& state = session_.layers[Layer::kPython];
-    for (const auto& [key, value] : figures.items()) state.extra[key] = value;
-    std::set<std::string> paths;
-    for (const auto& i : figures["interpreters"]) paths.insert(i.value("path", ""));
-    state.libraries.assign(paths.begin(), paths.end());
-    session_.python_gc = python_.gc_events();
-  }
-  if (gpu_) gpu_->finish(session_, sinks_, [this](Anomaly a) { report(std::move(a)); });
+  for (auto& [layer, runtime] : runtimes_) runtime->finish();
   std::vector<std::string> errors;
   for (auto& sink : sinks_) {
     if (auto r = sink->finish(session_); !r) errors.push_back(r.error().message);

@@ -1,6 +1,9 @@
-// The live side of a session: takes ring buffer records from the Tracer,
-// keeps the Session up to date, feeds the sinks, and reacts to process
-// events (new processes, libraries mapped later, exits).
+// The live side of a session: takes ring buffer records from the Tracer, keeps the Session up to
+// date, feeds the sinks, and reacts to process events (new processes, libraries mapped later,
+// exits). What each layer keeps and judges is its runtime's (layers/layer_runtime.h), driven here
+// for every enabled layer alike; the recorder itself keeps what is every layer's: the targets and
+// their stops, the processes' identities, the flight recorders, the window and leak detectors and
+// the overhead budget.
 #pragma once
 
 #include <deque>
@@ -13,15 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "agent/agent_options.h"
 #include "agent/duty_cycle.h"
 #include "agent/flight_recorder.h"
 #include "analysis/leak_detector.h"
 #include "analysis/window_analyzer.h"
-#include "layers/gpu/gpu_layer.h"
-#include "layers/nccl/collectives.h"
-#include "layers/os/os_monitor.h"
-#include "layers/python/python_profile.h"
-#include "layers/torch/torch_threads.h"
+#include "layers/layer_runtime.h"
 #include "probes/probe_control.h"
 #include "reader/decoder.h"
 #include "session/overhead.h"
@@ -30,41 +30,21 @@
 
 namespace eacgm {
 
-class Recorder {
+class Recorder : private LayerHost {
  public:
-  Recorder(Session& session, std::set<Layer> layers, CollectiveTracker::Options collectives = {})
-      : session_(session), layers_(std::move(layers)), collectives_(collectives) {
-    analysis_.set_lookup([this](uint32_t pid) {
-      const ProcessInfo* p = session_.find_process(pid);
-      return p ? EntityInfo{p->rank, p->comm, std::string(process_role(session_, *p))}
-               : EntityInfo{};
-    });
-  }
+  // `options` and `mode` are the live mode's: each enabled layer's runtime takes its settings.
+  Recorder(Session& session, std::set<Layer> layers, const AgentOptions& options = {},
+           const AgentMode& mode = {});
 
   void add_sink(std::unique_ptr<Sink> sink) { sinks_.push_back(std::move(sink)); }
   // The probes it asks for libraries, interpreters and processes (the Tracer; a fake in tests).
   void set_probes(ProbeControl* probes) { probes_ = probes; }
-  // The gpu layer's sampler: tick() drains it, finish_sinks() ends it.
-  void set_gpu(GpuLayer* gpu) { gpu_ = gpu; }
   // Where flight recorder files go (flight_recorder/<pid>.json); none if empty.
   void set_output_dir(std::string dir) { out_dir_ = std::move(dir); }
 
-  // The os layer: which device files' ioctls are timed (comma-separated
-  // globs), and the analysis's thresholds.
-  struct OsOptions {
-    std::string ioctl_devices = "/dev/nvidia*";
-    OsMonitor::Options monitor;
-  };
-  void configure_os(OsOptions options);
-  // Resolves the ioctl device pattern to device numbers and hands them to
-  // the tracer; repeated by tick() so devices created later are timed too.
-  void refresh_ioctl_devices();
-
-  // The python layer's thresholds and sampling rate (the tracer samples; the profile weighs).
-  void configure_python(PythonProfile::Options options, bool count_calls) {
-    python_ = PythonProfile(options);
-    python_calls_ = count_calls;
-  }
+  // The probes are set and no target is followed yet: each layer's runtime starts (the os
+  // layer hands the tracer the devices whose ioctls it times).
+  void start_layers();
 
   // --overhead-budget (agent/duty_cycle.h): the rows that may be traced part of the time
   // (may_duty_cycle) are, so that no process's estimated slowdown passes the budget. The tracer
@@ -110,27 +90,26 @@ class Recorder {
   std::vector<std::string> finish_sinks();
 
   // Whether a followed process had a library of `layer` mapped (probes on a library found only
-  // on the search path prove nothing about the job: torch is installed, the job may not use it).
-  bool layer_mapped(Layer layer) const { return mapped_layers_.contains(layer); }
+  // on the search path prove nothing about the job: torch is installed, the job may not use it),
+  // or ran what the layer's runtime found by other means (LayerRuntime::mapped).
+  bool layer_mapped(Layer layer) const;
+  // Why an enabled layer's runtime sees nothing (LayerRuntime::unavailable); nullopt otherwise.
+  std::optional<std::string> layer_unavailable(Layer layer) const;
 
  private:
+  // What the layers' runtimes may use (LayerHost).
+  Session& session() override { return session_; }
+  ProbeControl* probes() override { return probes_; }
+  std::span<const std::unique_ptr<Sink>> sinks() override { return sinks_; }
+  void report(Anomaly anomaly) override;
+  void warn(std::string message) override;
+  void remember(uint32_t pid, const Event& event) override { flight_.add(pid, event); }
+
   void on_call(const CallRecord& call);
   void on_process_event(const struct ProcEvent& event);
-  void on_os_event(const Event& event);
-  void on_python_event(const Event& event);
-  // Registers `pid` with the python layer if one of `files` is a CPython interpreter.
-  void find_interpreter(uint32_t pid, const std::vector<MappedFile>& files);
-  void check_libraries(uint32_t pid, const std::vector<MappedFile>& files);
   void write_flight_recorder(uint32_t pid);
   void lose_flight_recorder(const std::string& relative, std::string error);
-  // A hang reported earlier moved after all: its anomaly says so.
-  void resolve_hang(const CollectiveTracker::HangResolution& resolution);
-  // A window anomaly of a process whose threads waited for a CPU for much of it says so: the
-  // machine's CPUs were taken, which is where to look first (PythonProfile::cpu_wait_share).
-  void note_cpu_waits(Anomaly& anomaly) const;
-  void report(Anomaly anomaly);
   void refresh_identity(uint32_t pid);
-  void warn(std::string message);
   // Sends SIGCONT to a stopped target and counts how long it waited.
   void resume(uint32_t pid);
   // Leaves `pid` to others for good (serve's notice): untargeted in the kernel, its events dropped.
@@ -141,7 +120,6 @@ class Recorder {
   Session& session_;
   std::set<Layer> layers_;
   ProbeControl* probes_ = nullptr;
-  GpuLayer* gpu_ = nullptr;
   std::vector<std::unique_ptr<Sink>> sinks_;
   // Targets stopped by the loader probe or the unwind guard: when each stop was asked for.
   std::map<uint32_t, uint64_t> stopped_;
@@ -149,27 +127,15 @@ class Recorder {
   // Targets stopped as a thread began to unwind, their return addresses put back: tick() resumes
   // them after one more drain.
   std::set<uint32_t> unwinding_;
-  CollectiveTracker collectives_;
+  // The enabled layers' live state, in registry order (layers/layer_runtime.h).
+  LayerRuntimes runtimes_;
   LeakDetector leaks_;
   uint64_t leaks_checked_ns_ = 0;
   WindowAnalyzer analysis_;  // latency, throughput and GMM on one-second windows
-  OsMonitor os_;
-  std::string ioctl_devices_;
-  uint64_t devices_refreshed_ns_ = 0;
-  std::map<FileId, LibraryBuild> library_builds_;  // identified files (reading ELF costs)
   FlightRecorder flight_;
   std::string out_dir_;
   size_t flight_files_ = 0;
   std::set<Layer> mapped_layers_;
-  TorchThreads torch_threads_;
-  PythonProfile python_;
-  bool python_calls_ = false;  // count Python calls through USDT
-  struct PythonRegistration {
-    uint64_t runtime = 0;
-    uint32_t layout = 0;
-  };
-  std::map<uint32_t, PythonRegistration> python_processes_;  // pid -> where its runtime is
-  std::set<FileId> not_interpreters_;                        // mapped files that are not CPython
   std::optional<DutyCycle> duty_;
   CallCosts call_costs_;
   NoticeHandler notice_;

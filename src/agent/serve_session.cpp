@@ -203,7 +203,11 @@ int run_serve(const ServeOptions& options) {
   if (!http) return fail(kExitUsage, http.error().message);
 
   runtime.begin();
-  if (const GpuLayer* gpu = runtime.gpu()) metrics.set_layer_active(Layer::kGpu, gpu->active());
+  for (Layer layer : options.agent.layers) {
+    // A layer read from user space (the gpu sampler) is active from its start or never.
+    if (layer_info(layer).source != LayerSource::kUserSpace) continue;
+    metrics.set_layer_active(layer, !runtime.recorder().layer_unavailable(layer));
+  }
   ServeTargets targets(runtime, metrics, cgroup);
   runtime.recorder().set_notice_handler(
       [&targets](uint32_t pid, uint64_t ts_ns) { return targets.adopt(pid, ts_ns); });

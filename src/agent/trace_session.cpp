@@ -101,9 +101,6 @@ class TraceRun {
     session.events_dropped = runtime_.tracer().dropped();
     // After the job's end, not beside it: the trap cost may be measured now (once a boot).
     session.overhead = runtime_.overhead(session.end_ns);
-    if (options_.agent.layers.contains(Layer::kTorch)) {
-      session.layers[Layer::kTorch].extra["calls_unwound"] = runtime_.tracer().calls_unwound();
-    }
     runtime_.settle_layer_statuses();
     bool ok = true;
     for (const std::string& error : runtime_.recorder().finish_sinks()) {

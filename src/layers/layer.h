@@ -4,10 +4,12 @@
 // the registry (src/layers/registry.cpp) and never name a layer.
 //
 // A new layer: its id below and in bpf/events.h (the number BPF writes in each record), its
-// folder with its descriptor, and its line in registry.cpp.
+// folder with its descriptor (and its runtime, if it keeps live state), and its line in
+// registry.cpp.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -31,6 +33,9 @@ enum class Layer : uint32_t {
 struct ProbeSpec;
 class Session;
 struct LayerState;
+class LayerRuntime;
+class LayerHost;
+struct LayerRuntimeSetup;
 
 // Where a layer's events come from, which decides how the runtime loads and attaches it and how
 // its status is settled at the end.
@@ -86,6 +91,10 @@ struct LayerInfo {
   // Set when `eacgm serve` cannot trace the layer at all: why not (python: per-function figures
   // have no bounded set of metric labels).
   std::string_view not_in_serve = {};
+  // The layer's live state while a session runs (layers/layer_runtime.h); nullptr when the
+  // session's own counting of its calls is all it needs (cuda, driver).
+  std::unique_ptr<LayerRuntime> (*make_runtime)(const LayerRuntimeSetup& setup,
+                                                LayerHost& host) = nullptr;
 };
 
 // Every layer, in the order outputs list them.

@@ -65,6 +65,12 @@ class ProbeControl {
     uint64_t count = 0;
   };
   virtual std::vector<PythonCallCount> python_call_counts() const = 0;
+  // Samples every registered process's threads `hz` times a second from now on.
+  virtual void start_python_sampler(double hz) = 0;
+
+  // The torch layer: operator calls whose return probe a C++ exception unwound past (their
+  // duration is lost; attach_unwind_guard).
+  virtual uint64_t calls_unwound() const = 0;
 };
 
 }  // namespace eacgm

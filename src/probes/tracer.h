@@ -74,7 +74,7 @@ class Tracer : public ProbeControl {
   Result<bool> attach_library(Layer layer, const std::string& path) override;
   Result<bool> attach_unwind_guard(const std::string& path) override;
   // Traced calls that a C++ exception (or a thread's cancellation) left instead of returning.
-  uint64_t calls_unwound() const;
+  uint64_t calls_unwound() const override;
   // Probes the dynamic loader's rendezvous function so targets stop after
   // mapping a new library (see core.bpf.c).
   Result<void> attach_loader(const std::string& ld_so_path);
@@ -112,7 +112,7 @@ class Tracer : public ProbeControl {
   Result<bool> attach_python_usdt(const std::string& path, bool calls) override;
   // Samples the Python stacks of every registered process's threads `hz` times a second, on a
   // thread of its own, until the Tracer is destroyed or detach_probes().
-  void start_python_sampler(double hz);
+  void start_python_sampler(double hz) override;
   std::vector<PythonCallCount> python_call_counts() const override;
 
   // What eacgm's programs cost, by the object they belong to ("core", "python", a layer's name),

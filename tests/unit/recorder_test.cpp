@@ -5,8 +5,10 @@
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -23,6 +25,7 @@ class FakeProbes : public ProbeControl {
   std::vector<std::set<Layer>> loaded;
   std::vector<std::pair<Layer, std::string>> attached;
   std::vector<uint32_t> passed_over;
+  std::vector<double> sampler_hz;
 
   Result<void> load_layers(const std::set<Layer>& layers) override {
     loaded.push_back(layers);
@@ -43,6 +46,8 @@ class FakeProbes : public ProbeControl {
   void remove_python_process(uint32_t) override {}
   Result<bool> attach_python_usdt(const std::string&, bool) override { return false; }
   std::vector<PythonCallCount> python_call_counts() const override { return {}; }
+  void start_python_sampler(double hz) override { sampler_hz.push_back(hz); }
+  uint64_t calls_unwound() const override { return 0; }
 
  private:
   TorchOpTable torch_ops_;
@@ -67,6 +72,25 @@ std::vector<std::byte> cuda_launch_from(uint32_t pid) {
     if (table[i].symbol == "cudaLaunchKernel") c.func_id = static_cast<uint32_t>(i);
   }
   return bytes_of(c);
+}
+
+// SIGKILL for `pid`, sent by kill(2) from pid 4242 ("killer").
+std::vector<std::byte> kill_record(uint32_t pid) {
+  eacgm_signal sig{};
+  sig.hdr = {EACGM_EV_SIGNAL, pid, pid, EACGM_LAYER_OS, 2000};
+  sig.sig = SIGKILL;
+  sig.code = 0;  // SI_USER
+  sig.group = 1;
+  sig.sender_tgid = sig.sender_tid = 4242;
+  std::snprintf(sig.sender_comm, sizeof(sig.sender_comm), "killer");
+  return bytes_of(sig);
+}
+
+std::vector<std::byte> killed_exit_record(uint32_t pid) {
+  eacgm_proc p{};
+  p.hdr = {EACGM_EV_PROC_EXIT, pid, pid, 0, 3000};
+  p.exit_code = SIGKILL;  // as wait(2): killed by the signal, no core
+  return bytes_of(p);
 }
 
 uint64_t launches_counted(const Session& session) {
@@ -143,6 +167,82 @@ TEST(RecorderWithFakeProbes, ANoticedProcessRefusedIsPassedOverWithItsChildrenAn
   // The taken one's calls count.
   recorder.handle(cuda_launch_from(taken));
   EXPECT_EQ(launches_counted(session), 1u);
+}
+
+// Each enabled layer's live state is its runtime's (layers/layer_runtime.h): the os layer's
+// signals explain an exit, and a recorder without the os layer has no such state.
+TEST(RecorderWithFakeProbes, AnEnabledLayersRuntimeSeesItsRecordsAndExplainsAnExit) {
+  for (const bool with_os : {true, false}) {
+    Session session;
+    std::set<Layer> layers{Layer::kCuda};
+    if (with_os) layers.insert(Layer::kOs);
+    Recorder recorder(session, layers);
+    FakeProbes probes;
+    recorder.set_probes(&probes);
+    recorder.handle(kill_record(kNoSuchPid));
+    recorder.handle(killed_exit_record(kNoSuchPid));
+    const ProcessInfo* process = session.find_process(kNoSuchPid);
+    ASSERT_NE(process, nullptr);
+    ASSERT_TRUE(process->exit.has_value());
+    EXPECT_EQ(process->exit->signal, SIGKILL);
+    EXPECT_EQ(process->exit->cause,
+              with_os ? "killed by SIGKILL from pid 4242 (killer)" : "killed by SIGKILL (Killed)")
+        << (with_os ? "with" : "without") << " the os layer";
+  }
+}
+
+// start_layers() starts each enabled layer's runtime once the probes are set: the python layer's
+// sampler at --python-rate-hz, and nothing of a layer that is not enabled.
+TEST(RecorderWithFakeProbes, StartingTheLayersStartsThePythonSamplerOnlyWhenItIsEnabled) {
+  AgentOptions options;
+  options.python_rate_hz = 37;
+  Session session;
+  Recorder recorder(session, {Layer::kCuda, Layer::kPython}, options);
+  FakeProbes probes;
+  recorder.set_probes(&probes);
+  recorder.start_layers();
+  EXPECT_EQ(probes.sampler_hz, std::vector<double>{37});
+
+  Session other;
+  Recorder without_python(other, {Layer::kCuda, Layer::kOs}, options);
+  FakeProbes none;
+  without_python.set_probes(&none);
+  without_python.start_layers();
+  EXPECT_TRUE(none.sampler_hz.empty());
+}
+
+// Records what a runtime asks of its host; hosts nothing else.
+class FakeHost : public LayerHost {
+ public:
+  Session& session() override { return session_; }
+  ProbeControl* probes() override { return nullptr; }
+  std::span<const std::unique_ptr<Sink>> sinks() override { return {}; }
+  void report(Anomaly) override {}
+  void warn(std::string) override {}
+  void remember(uint32_t, const Event&) override {}
+
+ private:
+  Session session_;
+};
+
+// A layer with live state has a runtime, made only when the layer is enabled, in registry order;
+// the cuda and driver layers' calls are the session's to count and need none.
+TEST(LayerRuntimes, OnlyEnabledLayersWithLiveStateGetARuntimeInRegistryOrder) {
+  FakeHost host;
+  const AgentOptions options;
+  const AgentMode mode;
+  std::set<Layer> every(all_layers().begin(), all_layers().end());
+  std::vector<Layer> made;
+  for (const auto& [layer, runtime] : make_layer_runtimes(every, {options, mode}, host)) {
+    ASSERT_NE(runtime, nullptr);
+    made.push_back(layer);
+  }
+  EXPECT_EQ(made, (std::vector<Layer>{Layer::kNccl, Layer::kTorch, Layer::kPython, Layer::kOs,
+                                      Layer::kGpu}));
+  const LayerRuntimes some =
+      make_layer_runtimes({Layer::kCuda, Layer::kDriver, Layer::kOs}, {options, mode}, host);
+  ASSERT_EQ(some.size(), 1u);
+  EXPECT_EQ(some[0].first, Layer::kOs);
 }
 
 }  // namespace eacgm

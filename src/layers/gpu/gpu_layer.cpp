@@ -49,7 +49,7 @@ GpuLayer::~GpuLayer() {
   sampler_.reset();
 }
 
-void GpuLayer::poll(Session& session, const std::vector<std::unique_ptr<Sink>>& sinks,
+void GpuLayer::poll(Session& session, std::span<const std::unique_ptr<Sink>> sinks,
                     const Report& report) {
   if (!sampler_) return;
   NvmlSampler::Batch batch = sampler_->take();
@@ -66,7 +66,7 @@ void GpuLayer::poll(Session& session, const std::vector<std::unique_ptr<Sink>>& 
   for (Anomaly& a : monitor_.take_anomalies(session)) report(std::move(a));
 }
 
-void GpuLayer::finish(Session& session, const std::vector<std::unique_ptr<Sink>>& sinks,
+void GpuLayer::finish(Session& session, std::span<const std::unique_ptr<Sink>> sinks,
                       const Report& report) {
   if (finished_) return;
   finished_ = true;

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,11 +38,9 @@ class GpuLayer {
   using Report = std::function<void(Anomaly)>;
   // Main thread: readings since the last call go to the sinks and the
   // monitor; anomalies go to `report`.
-  void poll(Session& session, const std::vector<std::unique_ptr<Sink>>& sinks,
-            const Report& report);
+  void poll(Session& session, std::span<const std::unique_ptr<Sink>> sinks, const Report& report);
   // Stops sampling, polls one last time, and fills session.layers[gpu].
-  void finish(Session& session, const std::vector<std::unique_ptr<Sink>>& sinks,
-              const Report& report);
+  void finish(Session& session, std::span<const std::unique_ptr<Sink>> sinks, const Report& report);
 
  private:
   GpuLayer() = default;

@@ -1,5 +1,6 @@
 #include "layers/nccl/info.h"
 
+#include "layers/nccl/nccl_runtime.h"
 #include "probes/probe_table.h"
 
 namespace eacgm {
@@ -16,7 +17,8 @@ const LayerInfo& nccl_layer_info() {
                               .rows = nccl_rows,
                               .status_name = nccl_result_name,
                               .on_gpu = true,
-                              .collectives = true};
+                              .collectives = true,
+                              .make_runtime = make_nccl_runtime};
   return info;
 }
 

@@ -1,6 +1,7 @@
 #include "layers/os/info.h"
 
 #include "layers/os/os_report.h"
+#include "layers/os/os_runtime.h"
 
 namespace eacgm {
 
@@ -9,7 +10,8 @@ const LayerInfo& os_layer_info() {
                               .name = "os",
                               .source = LayerSource::kTracepoints,
                               .calls_key = "",
-                              .report_lines = os_report_lines};
+                              .report_lines = os_report_lines,
+                              .make_runtime = make_os_runtime};
   return info;
 }
 

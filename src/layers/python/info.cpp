@@ -1,6 +1,7 @@
 #include "layers/python/info.h"
 
 #include "layers/python/python_report.h"
+#include "layers/python/python_runtime.h"
 
 namespace eacgm {
 
@@ -15,7 +16,8 @@ const LayerInfo& python_layer_info() {
                               // profiler's job: record or attach.
                               .not_in_serve =
                                   "per-function figures have no bounded set of "
-                                  "metric labels"};
+                                  "metric labels",
+                              .make_runtime = make_python_runtime};
   return info;
 }
 

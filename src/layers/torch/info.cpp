@@ -1,5 +1,7 @@
 #include "layers/torch/info.h"
 
+#include "layers/torch/torch_runtime.h"
+
 namespace eacgm {
 namespace {
 // ATen operators' entry points are in libtorch_cpu whatever the device; a libtorch_cuda that
@@ -19,7 +21,8 @@ const LayerInfo& torch_layer_info() {
       .duty_cycled = true,
       // PyTorch installed on the machine is common; the job using it is what counts.
       .inactive_unless_mapped = "the job does not use PyTorch",
-      .serve_by_default = false};
+      .serve_by_default = false,
+      .make_runtime = make_torch_runtime};
   return info;
 }
 
