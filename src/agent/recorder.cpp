@@ -84,18 +84,21 @@ void Recorder::start_layers() {
   for (auto& [layer, runtime] : runtimes_) runtime->start();
 }
 
+const LayerRuntime* Recorder::runtime_of(Layer layer) const {
+  for (const auto& [id, runtime] : runtimes_) {
+    if (id == layer) return runtime.get();
+  }
+  return nullptr;
+}
+
 bool Recorder::layer_mapped(Layer layer) const {
-  if (mapped_layers_.contains(layer)) return true;
-  return std::ranges::any_of(runtimes_, [layer](const auto& entry) {
-    return entry.first == layer && entry.second->mapped();
-  });
+  const LayerRuntime* runtime = runtime_of(layer);
+  return mapped_layers_.contains(layer) || (runtime && runtime->mapped());
 }
 
 std::optional<std::string> Recorder::layer_unavailable(Layer layer) const {
-  for (const auto& [id, runtime] : runtimes_) {
-    if (id == layer) return runtime->unavailable();
-  }
-  return std::nullopt;
+  const LayerRuntime* runtime = runtime_of(layer);
+  return runtime ? runtime->unavailable() : std::nullopt;
 }
 
 // Said once, on stderr, as it happens: nothing is kept (serve runs for months).

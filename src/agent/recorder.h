@@ -105,6 +105,8 @@ class Recorder : private LayerHost {
   void warn(std::string message) override;
   void remember(uint32_t pid, const Event& event) override { flight_.add(pid, event); }
 
+  // The enabled layer's runtime; null when it has none.
+  const LayerRuntime* runtime_of(Layer layer) const;
   void on_call(const CallRecord& call);
   void on_process_event(const struct ProcEvent& event);
   void write_flight_recorder(uint32_t pid);

@@ -71,15 +71,10 @@ class PythonRuntime : public LayerRuntime {
 
   // Its interpreter is gone with its image.
   void on_exec(uint32_t pid) override {
-    if (processes_.erase(pid) == 0) return;
-    if (ProbeControl* probes = host_.probes()) probes->remove_python_process(pid);
-    python_.forget(pid);
+    if (unregister(pid)) python_.forget(pid);
   }
 
-  void on_exit(uint32_t pid, ProcessInfo& /*process*/) override {
-    if (processes_.erase(pid) == 0) return;
-    if (ProbeControl* probes = host_.probes()) probes->remove_python_process(pid);
-  }
+  void on_exit(uint32_t pid, ProcessInfo& /*process*/) override { unregister(pid); }
 
   void tick(uint64_t now_ns, bool final) override {
     for (Anomaly& a : python_.take_anomalies(host_.session(), now_ns, final)) {
@@ -139,6 +134,13 @@ class PythonRuntime : public LayerRuntime {
     uint64_t runtime = 0;  // the interpreter's _PyRuntime in the process
     uint32_t layout = 0;   // python_layouts.h
   };
+
+  // The sampler stops walking `pid`; false when it was not registered.
+  bool unregister(uint32_t pid) {
+    if (processes_.erase(pid) == 0) return false;
+    if (ProbeControl* probes = host_.probes()) probes->remove_python_process(pid);
+    return true;
+  }
 
   // Registers `pid` with the tracer's sampler if one of `files` is a CPython interpreter.
   void find_interpreter(uint32_t pid, const std::vector<MappedFile>& files) {
