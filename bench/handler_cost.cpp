@@ -21,14 +21,14 @@
 #include <vector>
 
 #include "bench_skeletons.h"
-#include "probes/attached_probe.h"
+#include "probes/probe_link.h"
 #include "workload.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-using eacgm::AttachedProbe;
 using eacgm::Error;
+using eacgm::ProbeLink;
 using eacgm::Result;
 using eacgm::bench::median;
 using eacgm::bench::Run;
@@ -103,10 +103,10 @@ Result<StepRun> run_step(const Config& config, const std::string& lib, uint64_t 
   }
   const uint64_t offsets[] = {offset};
   const uint64_t cookies[] = {0};
-  std::vector<std::unique_ptr<AttachedProbe>> links;
+  std::vector<ProbeLink> links;
   for (auto [prog, ret] :
        {std::pair{skel->progs.step_entry, false}, std::pair{skel->progs.step_return, true}}) {
-    auto link = AttachedProbe::attach_multi(prog, lib, offsets, cookies, ret);
+    auto link = ProbeLink::uprobe_multi(bpf_program__fd(prog), lib, offsets, cookies, ret);
     if (!link) return link.error();
     links.push_back(std::move(*link));
   }

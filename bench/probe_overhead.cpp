@@ -35,7 +35,7 @@
 
 #include "bench_skeletons.h"
 #include "bpf/events.h"
-#include "probes/attached_probe.h"
+#include "probes/probe_link.h"
 #include "probes/probe_table.h"
 #include "probes/tracer.h"
 #include "workload.h"
@@ -43,8 +43,8 @@
 namespace {
 
 namespace fs = std::filesystem;
-using eacgm::AttachedProbe;
 using eacgm::Error;
+using eacgm::ProbeLink;
 using eacgm::Result;
 using eacgm::bench::kDriverFunction;
 using eacgm::bench::kFunction;
@@ -114,13 +114,13 @@ class BareProbe {
   ~BareProbe() { eacgm_bare_probe__destroy(skel_); }
 
   // The entry and return probes, attached until the result is destroyed.
-  Result<std::vector<std::unique_ptr<AttachedProbe>>> attach() const {
+  Result<std::vector<ProbeLink>> attach() const {
     const uint64_t offsets[] = {offset_};
     const uint64_t cookies[] = {0};
-    std::vector<std::unique_ptr<AttachedProbe>> links;
+    std::vector<ProbeLink> links;
     for (auto [prog, ret] :
          {std::pair{skel_->progs.bare_entry, false}, std::pair{skel_->progs.bare_return, true}}) {
-      auto link = AttachedProbe::attach_multi(prog, lib_, offsets, cookies, ret);
+      auto link = ProbeLink::uprobe_multi(bpf_program__fd(prog), lib_, offsets, cookies, ret);
       if (!link) return link.error();
       links.push_back(std::move(*link));
     }

@@ -20,8 +20,8 @@
 #include "layers/gpu/gpu_layer.h"
 #include "layers/python/python_binary.h"
 #include "layers/python/python_layouts.h"
-#include "probes/attached_probe.h"
 #include "probes/library_finder.h"
+#include "probes/probe_link.h"
 #include "probes/tracer.h"
 
 extern char** environ;

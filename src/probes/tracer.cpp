@@ -139,9 +139,9 @@ struct Tracer::Programs {
   eacgm_os* os = nullptr;  // also in `layers`, which owns it
   eacgm_python* python = nullptr;
   std::map<Layer, LayerPrograms> layers;
-  std::vector<BpfLink> core_links;  // raw tracepoints: released in microseconds
-  std::vector<BpfLink> os_links;    // perf events, like the USDT probes: ~50 ms each
-  std::vector<BpfLink> usdt_links;  // the python layer's
+  std::vector<ProbeLink> core_links;  // raw tracepoints: released in microseconds
+  std::vector<ProbeLink> os_links;    // perf events, like the USDT probes: ~50 ms each
+  std::vector<ProbeLink> usdt_links;  // the python layer's
   // The perf-event links inside usdt_links: libbpf keeps them to itself (a USDT link has no fd
   // of its own), so they are found as they appear (see attach_python_usdt).
   std::vector<int> usdt_link_fds;
@@ -150,7 +150,7 @@ struct Tracer::Programs {
     {
       LinkRelease release;
       for (auto* links : {&core_links, &os_links, &usdt_links}) {
-        for (BpfLink& link : *links) link.release_into(release);
+        for (ProbeLink& link : *links) link.release_into(release);
       }
     }
     for (auto& [layer, progs] : layers) progs.destroy();
@@ -166,8 +166,8 @@ struct Tracer::Programs {
 struct Tracer::PythonSampler {
   bpf_program* program = nullptr;
   mutable std::mutex mutex;
-  std::map<uint32_t, BpfLink> links;  // by pid
-  uint32_t registered = 0;            // what py_procs_added says (see python_walk.bpf.h)
+  std::map<uint32_t, ProbeLink> links;  // by pid
+  uint32_t registered = 0;              // what py_procs_added says (see python_walk.bpf.h)
   std::condition_variable wake;
   bool stop = false;
   std::thread thread;
@@ -434,7 +434,7 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
         "before eacgm heard of it, stays paused");
   }
   for (bpf_program* prog : {p.core->progs.on_fork, p.core->progs.on_exec, p.core->progs.on_exit}) {
-    Result<BpfLink> link = BpfLink::attach(prog);
+    Result<ProbeLink> link = ProbeLink::tracepoint(prog);
     if (!link) {
       return Error{fmt::format("cannot attach tracepoint program {}: {}", bpf_program__name(prog),
                                link.error().message)};
@@ -484,7 +484,7 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
     size_t attached = 0;
     bpf_program* prog = nullptr;
     bpf_object__for_each_program(prog, p.os->obj) {
-      Result<BpfLink> link = BpfLink::attach(prog);
+      Result<ProbeLink> link = ProbeLink::tracepoint(prog);
       if (!link) {
         missing.push_back(fmt::format("{} ({})", bpf_program__name(prog), link.error().message));
         continue;
@@ -600,7 +600,7 @@ Result<void> Tracer::add_python_process(uint32_t pid, uint64_t runtime, uint32_t
     return Error{fmt::format("cannot register python process {}: {}", pid, std::strerror(errno))};
   }
   if (python_->links.contains(pid)) return {};
-  Result<BpfLink> link = BpfLink::attach_task_iterator(python_->program, pid);
+  Result<ProbeLink> link = ProbeLink::task_iterator(python_->program, pid);
   if (!link) {
     bpf_map_delete_elem(bpf_map__fd(programs_->core->maps.py_procs), &pid);
     return Error{fmt::format("cannot sample the Python stacks of process {}: {}", pid,
@@ -635,7 +635,7 @@ Result<bool> Tracer::attach_python_usdt(const std::string& path, bool calls) {
     // Every process of the file (-1): the programs keep to targets, and a target's children
     // are covered from their first instruction.
     const std::set<int> before = own_link_fds();
-    Result<BpfLink> link = BpfLink::attach_usdt(prog, path, "python", name);
+    Result<ProbeLink> link = ProbeLink::usdt(prog, path, "python", name);
     for (int fd : own_link_fds()) {
       if (!before.contains(fd)) programs_->usdt_link_fds.push_back(fd);
     }
@@ -770,8 +770,7 @@ Result<bool> Tracer::attach_library(Layer layer, const std::string& path) {
   }
   if (!offsets.empty()) {
     for (auto [prog, is_return] : {std::pair{entry, false}, std::pair{ret, true}}) {
-      auto probe = multi_ ? AttachedProbe::attach_multi(prog, path, offsets, cookies, is_return)
-                          : AttachedProbe::attach_each(prog, path, offsets, cookies, is_return);
+      auto probe = ProbeLink::uprobes(prog, path, offsets, cookies, is_return);
       if (!probe) return probe.error();
       probes_.push_back(std::move(*probe));
     }
@@ -788,8 +787,8 @@ Result<bool> Tracer::attach_library(Layer layer, const std::string& path) {
 
 Result<void> Tracer::attach_cycled(const CycledRows& rows) {
   for (auto [prog, is_return] : {std::pair{rows.entry, false}, std::pair{rows.ret, true}}) {
-    auto probe =
-        AttachedProbe::attach_multi(prog, rows.path, rows.offsets, rows.cookies, is_return);
+    auto probe = ProbeLink::uprobe_multi(bpf_program__fd(prog), rows.path, rows.offsets,
+                                         rows.cookies, is_return);
     if (!probe) return probe.error();
     cycled_probes_.push_back(std::move(*probe));
   }
@@ -801,7 +800,7 @@ Result<void> Tracer::set_cycled_probes(bool on) {
   cycled_on_ = on;
   if (!on) {
     LinkRelease release;
-    for (std::unique_ptr<AttachedProbe>& probe : cycled_probes_) probe->release_into(release);
+    for (ProbeLink& probe : cycled_probes_) probe.release_into(release);
     release.run();
     cycled_probes_.clear();
     return {};
@@ -852,9 +851,7 @@ Result<bool> Tracer::attach_unwind_guard(const std::string& path) {
   }
   const std::vector<uint64_t> where(offsets.begin(), offsets.end());
   const std::vector<uint64_t> cookies(where.size(), 0);
-  auto probe = multi_
-                   ? AttachedProbe::attach_multi(torch->second.unwind, path, where, cookies, false)
-                   : AttachedProbe::attach_each(torch->second.unwind, path, where, cookies, false);
+  auto probe = ProbeLink::uprobes(torch->second.unwind, path, where, cookies, false);
   if (!probe) return probe.error();
   guard_probes_.push_back(std::move(*probe));
   unwind_guarded_.insert(*id);
@@ -874,8 +871,7 @@ Result<void> Tracer::attach_loader(const std::string& ld_so_path) {
     if (sym.name != "_dl_debug_state") continue;
     const uint64_t offset[] = {sym.file_offset}, cookie[] = {0};
     bpf_program* prog = programs_->core->progs.on_dl_debug_state;
-    auto probe = multi_ ? AttachedProbe::attach_multi(prog, ld_so_path, offset, cookie, false)
-                        : AttachedProbe::attach_each(prog, ld_so_path, offset, cookie, false);
+    auto probe = ProbeLink::uprobes(prog, ld_so_path, offset, cookie, false);
     if (!probe) {
       return Error{fmt::format("cannot probe the dynamic loader: {}", probe.error().message)};
     }
@@ -963,24 +959,24 @@ void Tracer::detach_probes() {
     // target_guardian.h). Until then their programs may still run for a target that lives on
     // (attach), into a ring buffer nobody reads.
     std::vector<int> later = programs_->usdt_link_fds;
-    for (const BpfLink& link : programs_->os_links) later.push_back(link.fd());
+    for (const ProbeLink& link : programs_->os_links) later.push_back(link.fd());
     std::erase_if(later, [](int fd) { return fd < 0; });
     programs_->usdt_link_fds.clear();
     if (guardian_ && !later.empty()) guardian_->hand_over(later);
     for (auto* links : {&programs_->os_links, &programs_->core_links, &programs_->usdt_links}) {
-      for (BpfLink& link : *links) link.release_into(calls);
+      for (ProbeLink& link : *links) link.release_into(calls);
       links->clear();
     }
-    for (std::unique_ptr<AttachedProbe>& probe : probes_) probe->release_into(calls);
+    for (ProbeLink& probe : probes_) probe.release_into(calls);
     probes_.clear();
-    for (std::unique_ptr<AttachedProbe>& probe : cycled_probes_) probe->release_into(calls);
+    for (ProbeLink& probe : cycled_probes_) probe.release_into(calls);
     cycled_probes_.clear();
     cycled_.clear();
   }
   // Then the guards: the unwind guard must outlive the return probes it protects, and the
   // loader probe goes too, since nothing may stop a target once we stop listening.
   LinkRelease guards;
-  for (std::unique_ptr<AttachedProbe>& probe : guard_probes_) probe->release_into(guards);
+  for (ProbeLink& probe : guard_probes_) probe.release_into(guards);
   guards.run();
   guard_probes_.clear();
 }

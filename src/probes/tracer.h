@@ -15,7 +15,7 @@
 
 #include "common/result.h"
 #include "layers/torch/torch_ops.h"
-#include "probes/attached_probe.h"
+#include "probes/probe_link.h"
 #include "probes/library_finder.h"
 #include "probes/probe_control.h"
 #include "probes/probe_table.h"
@@ -150,8 +150,8 @@ class Tracer : public ProbeControl {
   bool py_attribution_ = false;  // the python layer is on: calls carry their Python line
   double sampler_hz_ = 0;        // start_python_sampler's, for a sampler not loaded yet
   std::vector<TracedLibrary> libraries_;
-  std::vector<std::unique_ptr<AttachedProbe>> probes_;        // the layers' call probes
-  std::vector<std::unique_ptr<AttachedProbe>> guard_probes_;  // loader stop, unwind guards
+  std::vector<ProbeLink> probes_;        // the layers' call probes
+  std::vector<ProbeLink> guard_probes_;  // loader stop, unwind guards
   // Options::duty_cycle: each library's cycled rows, and their probes while attached.
   struct CycledRows {
     bpf_program* entry = nullptr;
@@ -163,7 +163,7 @@ class Tracer : public ProbeControl {
   bool duty_cycle_ = false;
   bool cycled_on_ = true;
   std::vector<CycledRows> cycled_;
-  std::vector<std::unique_ptr<AttachedProbe>> cycled_probes_;
+  std::vector<ProbeLink> cycled_probes_;
   std::map<Layer, std::string> layer_problems_;
   std::vector<std::string> warnings_;
   std::set<uint32_t> ioctl_devices_;

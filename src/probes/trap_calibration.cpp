@@ -16,7 +16,7 @@
 #include <sstream>
 #include <vector>
 
-#include "probes/attached_probe.h"
+#include "probes/probe_link.h"
 
 // The function timed, in assembly so that it begins as most functions of the libraries eacgm
 // probes do (libcudart's: push %rbp): the kernel emulates that instruction, where it must
@@ -116,9 +116,9 @@ Result<double> measure() {
   const uint64_t offset[] = {where->file_offset}, cookie[] = {0};
   double traced = 0;
   {
-    auto entry = AttachedProbe::attach_multi(prog, where->path, offset, cookie, false);
-    auto ret = entry ? AttachedProbe::attach_multi(prog, where->path, offset, cookie, true)
-                     : Result<std::unique_ptr<AttachedProbe>>(entry.error());
+    auto entry = ProbeLink::uprobe_multi(prog, where->path, offset, cookie, false);
+    auto ret = entry ? ProbeLink::uprobe_multi(prog, where->path, offset, cookie, true)
+                     : Result<ProbeLink>(entry.error());
     if (!ret) {
       close(prog);
       return Error{"not measured: " + ret.error().message};
@@ -133,8 +133,8 @@ Result<double> measure() {
       traced -= 2.0 * static_cast<double>(info.run_time_ns) / static_cast<double>(info.run_cnt);
     }
     LinkRelease both;
-    (*entry)->release_into(both);
-    (*ret)->release_into(both);
+    entry->release_into(both);
+    ret->release_into(both);
   }
   close(prog);
   return std::max(0.0, (traced - bare) / 2);

@@ -1,4 +1,4 @@
-#include "probes/attached_probe.h"
+#include "probes/probe_link.h"
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -65,15 +65,29 @@ bool kernel_has_uprobe_multi() {
   return supported;
 }
 
-Result<std::unique_ptr<AttachedProbe>> AttachedProbe::attach_multi(
-    const bpf_program* prog, const std::string& path, std::span<const uint64_t> offsets,
-    std::span<const uint64_t> cookies, bool retprobe) {
-  return attach_multi(bpf_program__fd(prog), path, offsets, cookies, retprobe);
+Result<ProbeLink> ProbeLink::uprobes(bpf_program* prog, const std::string& path,
+                                     std::span<const uint64_t> offsets,
+                                     std::span<const uint64_t> cookies, bool retprobe) {
+  if (kernel_has_uprobe_multi()) {
+    return uprobe_multi(bpf_program__fd(prog), path, offsets, cookies, retprobe);
+  }
+  ProbeLink probe;
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = cookies[i], .retprobe = retprobe);
+    bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), offsets[i], &opts);
+    if (!link) {
+      return Error{fmt::format("cannot attach uprobe to {}+{:#x}: {}", path, offsets[i],
+                               std::strerror(errno))};
+    }
+    probe.links_.push_back(link);  // released with `probe` should a later one fail
+  }
+  probe.functions_ = offsets.size();
+  return probe;
 }
 
-Result<std::unique_ptr<AttachedProbe>> AttachedProbe::attach_multi(
-    int prog_fd, const std::string& path, std::span<const uint64_t> offsets,
-    std::span<const uint64_t> cookies, bool retprobe) {
+Result<ProbeLink> ProbeLink::uprobe_multi(int prog_fd, const std::string& path,
+                                          std::span<const uint64_t> offsets,
+                                          std::span<const uint64_t> cookies, bool retprobe) {
   UprobeMultiLinkAttr attr{};
   attr.prog_fd = static_cast<uint32_t>(prog_fd);
   attr.attach_type = kBpfTraceUprobeMulti;
@@ -87,28 +101,9 @@ Result<std::unique_ptr<AttachedProbe>> AttachedProbe::attach_multi(
     return Error{fmt::format("cannot attach {} uprobes to {}: {}", offsets.size(), path,
                              std::strerror(errno))};
   }
-  std::unique_ptr<AttachedProbe> probe(new AttachedProbe());
-  probe->link_fd_ = static_cast<int>(fd);
-  probe->functions_ = offsets.size();
-  return probe;
-}
-
-Result<std::unique_ptr<AttachedProbe>> AttachedProbe::attach_each(bpf_program* prog,
-                                                                  const std::string& path,
-                                                                  std::span<const uint64_t> offsets,
-                                                                  std::span<const uint64_t> cookies,
-                                                                  bool retprobe) {
-  std::unique_ptr<AttachedProbe> probe(new AttachedProbe());
-  for (size_t i = 0; i < offsets.size(); ++i) {
-    LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = cookies[i], .retprobe = retprobe);
-    bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), offsets[i], &opts);
-    if (!link) {
-      return Error{fmt::format("cannot attach uprobe to {}+{:#x}: {}", path, offsets[i],
-                               std::strerror(errno))};
-    }
-    probe->links_.push_back(link);
-  }
-  probe->functions_ = offsets.size();
+  ProbeLink probe;
+  probe.link_fd_ = static_cast<int>(fd);
+  probe.functions_ = offsets.size();
   return probe;
 }
 
@@ -156,65 +151,73 @@ void LinkRelease::run() {
   in_turn_.clear();
 }
 
-Result<BpfLink> BpfLink::attach(bpf_program* prog) {
-  bpf_link* link = bpf_program__attach(prog);
+// One libbpf link, or errno's reason.
+Result<ProbeLink> ProbeLink::from_libbpf(bpf_link* link, bool in_turn) {
   if (!link) return Error{std::strerror(errno)};
-  return BpfLink(link, false);
+  ProbeLink probe;
+  probe.links_.push_back(link);
+  probe.in_turn_ = in_turn;
+  return probe;
 }
 
-Result<BpfLink> BpfLink::attach_usdt(bpf_program* prog, const std::string& path,
-                                     const char* provider, const char* name) {
-  bpf_link* link = bpf_program__attach_usdt(prog, -1, path.c_str(), provider, name, nullptr);
-  if (!link) return Error{std::strerror(errno)};
-  return BpfLink(link, true);
+Result<ProbeLink> ProbeLink::tracepoint(bpf_program* prog) {
+  return from_libbpf(bpf_program__attach(prog), false);
 }
 
-Result<BpfLink> BpfLink::attach_task_iterator(bpf_program* prog, uint32_t pid) {
+Result<ProbeLink> ProbeLink::usdt(bpf_program* prog, const std::string& path, const char* provider,
+                                  const char* name) {
+  return from_libbpf(bpf_program__attach_usdt(prog, -1, path.c_str(), provider, name, nullptr),
+                     true);
+}
+
+Result<ProbeLink> ProbeLink::task_iterator(bpf_program* prog, uint32_t pid) {
   union bpf_iter_link_info info {};
   info.task.pid = pid;
   LIBBPF_OPTS(bpf_iter_attach_opts, opts, .link_info = &info, .link_info_len = sizeof(info));
-  bpf_link* link = bpf_program__attach_iter(prog, &opts);
-  if (!link) return Error{std::strerror(errno)};
-  return BpfLink(link, false);
+  return from_libbpf(bpf_program__attach_iter(prog, &opts), false);
 }
 
-BpfLink::BpfLink(BpfLink&& other) noexcept
-    : link_(std::exchange(other.link_, nullptr)), in_turn_(other.in_turn_) {}
+ProbeLink::ProbeLink(ProbeLink&& other) noexcept
+    : link_fd_(std::exchange(other.link_fd_, -1)),
+      links_(std::exchange(other.links_, {})),
+      in_turn_(other.in_turn_),
+      functions_(std::exchange(other.functions_, 0)) {}
 
-BpfLink& BpfLink::operator=(BpfLink&& other) noexcept {
+ProbeLink& ProbeLink::operator=(ProbeLink&& other) noexcept {
   if (this != &other) {
-    if (link_) bpf_link__destroy(link_);
-    link_ = std::exchange(other.link_, nullptr);
+    ProbeLink old(std::move(*this));  // released as it goes out of scope
+    link_fd_ = std::exchange(other.link_fd_, -1);
+    links_ = std::exchange(other.links_, {});
     in_turn_ = other.in_turn_;
+    functions_ = std::exchange(other.functions_, 0);
   }
   return *this;
 }
 
-BpfLink::~BpfLink() {
-  if (link_) bpf_link__destroy(link_);
-}
-
-int BpfLink::fd() const { return link_ ? bpf_link__fd(link_) : -1; }
-
-void BpfLink::release_into(LinkRelease& release) {
-  if (in_turn_) {
-    release.add_in_turn(link_);
-  } else {
-    release.add(link_);
-  }
-  link_ = nullptr;
-}
-
-void AttachedProbe::release_into(LinkRelease& release) {
-  release.add(link_fd_);
-  link_fd_ = -1;
-  for (bpf_link* link : links_) release.add(link);
-  links_.clear();
-}
-
-AttachedProbe::~AttachedProbe() {
+ProbeLink::~ProbeLink() {
+  if (link_fd_ < 0 && links_.empty()) return;
   LinkRelease release;
   release_into(release);
+}
+
+int ProbeLink::fd() const {
+  if (link_fd_ >= 0) return link_fd_;
+  if (in_turn_ || links_.size() != 1) return -1;
+  return bpf_link__fd(links_.front());
+}
+
+void ProbeLink::release_into(LinkRelease& release) {
+  release.add(link_fd_);
+  link_fd_ = -1;
+  for (bpf_link* link : links_) {
+    if (in_turn_) {
+      release.add_in_turn(link);
+    } else {
+      release.add(link);
+    }
+  }
+  links_.clear();
+  functions_ = 0;
 }
 
 }  // namespace eacgm
