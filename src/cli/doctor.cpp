@@ -9,17 +9,12 @@
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <map>
-#include <set>
-#include <sstream>
 #include <string>
 
 #include "agent/privileges.h"
-#include "layers/gpu/gpu_layer.h"
-#include "layers/python/python_binary.h"
-#include "layers/python/python_layouts.h"
+#include "layers/layer.h"
 #include "probes/library_finder.h"
 #include "probes/probe_link.h"
 #include "probes/tracer.h"
@@ -125,66 +120,31 @@ int run_doctor(const std::string& nvml_lib) {
       env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
     }
   }
-  const std::vector<std::string> dirs = library_search_dirs(env);
+  const DoctorContext context{.library_dirs = library_search_dirs(env),
+                              .kernel_btf = btf,
+                              .tracefs_mounted = tracefs,
+                              .nvml_library = nvml_lib};
+  auto print = [](const DoctorCheck& check) {
+    row(check.name, check.ok, check.detail);
+    for (const std::string& f : check.found) fmt::print("  {:<33} {}\n", "", f);
+  };
   for (const LayerInfo* layer : layer_registry()) {
+    if (layer->doctor != nullptr) {
+      for (const DoctorCheck& check : layer->doctor(context)) print(check);
+      continue;
+    }
     for (std::string_view prefix : layer->libraries) {
-      const std::vector<std::string> files = find_library_files(prefix, dirs);
-      row(layer->name, !files.empty(),
-          files.empty() ? fmt::format("no {}* found; libraries a job loads from elsewhere are "
-                                      "still traced when it maps them",
-                                      prefix)
-                        : fmt::format("ready: {} file(s)", files.size()));
-      for (const std::string& f : files) fmt::print("  {:<33} {}\n", "", f);
+      DoctorCheck check;
+      check.name = layer->name;
+      check.found = find_library_files(prefix, context.library_dirs);
+      check.ok = !check.found.empty();
+      check.detail = check.ok ? fmt::format("ready: {} file(s)", check.found.size())
+                              : fmt::format(
+                                    "no {}* found; libraries a job loads from elsewhere "
+                                    "are still traced when it maps them",
+                                    prefix);
+      print(check);
     }
-  }
-  // The os layer needs no library: tracepoints by BTF (signals, OOM kills)
-  // and syscall tracepoints through tracefs (mmap, munmap, mremap, ioctl).
-  {
-    const bool syscalls = exists("/sys/kernel/tracing/events/syscalls/sys_enter_mmap") ||
-                          exists("/sys/kernel/debug/tracing/events/syscalls/sys_enter_mmap");
-    row("os", btf,
-        !btf       ? "needs kernel BTF (signal_generate, mark_victim)"
-        : syscalls ? "ready: signals, OOM kills, mmap/munmap, ioctl on --ioctl-devices"
-        : tracefs  ? "signals and OOM kills only: no syscall tracepoints in this kernel"
-                   : "ready (eacgm mounts tracefs for the syscall tracepoints)");
-  }
-  // The gpu layer reads NVML from user space: it needs the driver's library
-  // and a GPU, never for tracing to work.
-  {
-    const NvmlStatus nvml = probe_nvml(nvml_lib);
-    row("gpu (NVML)", nvml.ok, nvml.detail);
-    for (const std::string& d : nvml.devices) fmt::print("  {:<33} {}\n", "", d);
-  }
-  // The python layer walks the interpreter's own structures: which CPython builds a job from
-  // this shell would run, and whether each has USDT probes (call counts, GC pauses).
-  {
-    std::set<FileId> seen;
-    std::vector<std::string> found;
-    std::vector<std::string> candidates = find_library_files("libpython3", dirs);
-    const char* path = getenv("PATH");
-    std::stringstream ss(path ? path : "");
-    for (std::string dir; std::getline(ss, dir, ':');) {
-      for (int minor = 8; minor <= 13; ++minor)
-        candidates.push_back(fmt::format("{}/python3.{}", dir, minor));
-    }
-    for (const std::string& file : candidates) {
-      std::error_code ec;
-      const std::string real = std::filesystem::canonical(file, ec).string();
-      if (ec) continue;
-      const std::optional<FileId> id = file_id(real);
-      if (!id || !seen.insert(*id).second) continue;
-      auto interpreter = inspect_interpreter(real);
-      if (!interpreter || !*interpreter) continue;
-      const PythonInterpreter& p = **interpreter;
-      found.push_back(fmt::format("{} (CPython {}.{}{}{})", real, p.version / 100, p.version % 100,
-                                  python_layout(p.version) ? "" : ", unsupported",
-                                  p.has_usdt ? ", USDT probes" : ", no USDT: sampled only"));
-    }
-    row("python", !found.empty(),
-        found.empty() ? "no CPython 3.8-3.13 found on PATH; interpreters a job runs are still "
-                        "found when it starts them"
-                      : fmt::format("ready: {} interpreter(s)", found.size()));
-    for (const std::string& f : found) fmt::print("  {:<33} {}\n", "", f);
   }
 
   fmt::print("\nverdict: {}\n",

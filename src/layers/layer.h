@@ -51,6 +51,23 @@ enum class LayerSource : uint8_t {
   kUserSpace,
 };
 
+// What `eacgm doctor` knows of the machine before it asks a layer (cli/doctor.cpp).
+struct DoctorContext {
+  std::vector<std::string> library_dirs;  // where a job started from this shell finds libraries
+  bool kernel_btf = false;                // /sys/kernel/btf/vmlinux
+  bool tracefs_mounted = false;
+  std::string nvml_library;  // --nvml-lib
+};
+
+// One line of `eacgm doctor`'s layers section: ready or not, why, and what it found (a file, a
+// device), one per line below it.
+struct DoctorCheck {
+  std::string name;
+  bool ok = false;
+  std::string detail;
+  std::vector<std::string> found;
+};
+
 struct LayerInfo {
   Layer id;
   std::string_view name;
@@ -91,6 +108,9 @@ struct LayerInfo {
   // Set when `eacgm serve` cannot trace the layer at all: why not (python: per-function figures
   // have no bounded set of metric labels).
   std::string_view not_in_serve = {};
+  // What `eacgm doctor` says of the layer on this machine; nullptr: whether each of its libraries
+  // is on the search path (cli/doctor.cpp).
+  std::vector<DoctorCheck> (*doctor)(const DoctorContext& context) = nullptr;
   // The layer's live state while a session runs (layers/layer_runtime.h); nullptr when the
   // session's own counting of its calls is all it needs (cuda, driver).
   std::unique_ptr<LayerRuntime> (*make_runtime)(const LayerRuntimeSetup& setup,

@@ -1,5 +1,6 @@
 #include "layers/gpu/info.h"
 
+#include "layers/gpu/gpu_doctor.h"
 #include "layers/gpu/gpu_report.h"
 #include "layers/gpu/gpu_runtime.h"
 
@@ -13,6 +14,7 @@ const LayerInfo& gpu_layer_info() {
       .calls_key = "",
       .report_lines = [](const Session& session,
                          const LayerState&) { return gpu_report_lines(session); },
+      .doctor = gpu_doctor,
       .make_runtime = make_gpu_runtime};
   return info;
 }

@@ -1,5 +1,6 @@
 #include "layers/os/info.h"
 
+#include "layers/os/os_doctor.h"
 #include "layers/os/os_report.h"
 #include "layers/os/os_runtime.h"
 
@@ -11,6 +12,7 @@ const LayerInfo& os_layer_info() {
                               .source = LayerSource::kTracepoints,
                               .calls_key = "",
                               .report_lines = os_report_lines,
+                              .doctor = os_doctor,
                               .make_runtime = make_os_runtime};
   return info;
 }

@@ -1,5 +1,6 @@
 #include "layers/python/info.h"
 
+#include "layers/python/python_doctor.h"
 #include "layers/python/python_report.h"
 #include "layers/python/python_runtime.h"
 
@@ -17,6 +18,7 @@ const LayerInfo& python_layer_info() {
                               .not_in_serve =
                                   "per-function figures have no bounded set of "
                                   "metric labels",
+                              .doctor = python_doctor,
                               .make_runtime = make_python_runtime};
   return info;
 }
