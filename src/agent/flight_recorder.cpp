@@ -9,13 +9,12 @@ namespace {
 
 using nlohmann::json;
 
+// A ring per layer, and ring 0 (no layer has id 0) for the process events, which have none.
 size_t ring_of(const Event& event) {
-  if (const auto* call = std::get_if<CallRecord>(&event)) {
-    const auto layer = static_cast<size_t>(call->layer());
-    return layer < EACGM_LAYER_ID_END ? layer : 0;
-  }
-  if (std::holds_alternative<ProcEvent>(event)) return 0;
-  return static_cast<size_t>(Layer::kOs);
+  const std::optional<Layer> layer = layer_of(event);
+  if (!layer) return 0;
+  const auto id = static_cast<size_t>(*layer);
+  return id < EACGM_LAYER_ID_END ? id : 0;
 }
 
 uint64_t time_of(const Event& event) {

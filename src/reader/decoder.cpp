@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 
 #include "bpf/events.h"
 
@@ -333,6 +334,23 @@ Result<Event> decode_py_gc(std::span<const std::byte> data) {
 }
 
 }  // namespace
+
+std::optional<Layer> layer_of(const Event& event) {
+  return std::visit(
+      [](const auto& e) -> std::optional<Layer> {
+        using T = std::decay_t<decltype(e)>;
+        if constexpr (std::is_same_v<T, CallRecord>) {
+          return e.layer();
+        } else if constexpr (std::is_same_v<T, HandleNameEvent>) {
+          return e.spec != nullptr ? std::optional(e.spec->layer) : std::nullopt;
+        } else if constexpr (std::is_same_v<T, ProcEvent>) {
+          return std::nullopt;
+        } else {
+          return T::kLayer;
+        }
+      },
+      event);
+}
 
 Result<Event> decode_event(std::span<const std::byte> data, const TorchOpTable* torch) {
   auto header = read_struct<eacgm_header>(data, "event");

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -49,6 +50,10 @@ struct HandleNameEvent {
 
 using Event = std::variant<CallRecord, ProcEvent, SignalEvent, OomKillEvent, MmapEvent, IoctlEvent,
                            PySampleEvent, PyCodeEvent, PyFunctionEvent, PyGcEvent, HandleNameEvent>;
+
+// The layer an event belongs to: a call's, a handle's name's, or the layer whose program sends
+// that kind of record (each such struct says, as kLayer); none for the core's process events.
+std::optional<Layer> layer_of(const Event& event);
 
 // `torch`: the torch layer's rows (made at run time, see layers/torch/torch_ops.h); without it a
 // torch call record is an error like any record of an unknown function.

@@ -62,6 +62,24 @@ TEST(Decoder, LaunchKernelArgumentsFromRegistersAndStack) {
   EXPECT_EQ(args["stream"], "0x5678");
 }
 
+TEST(Decoder, EveryEventKnowsItsLayer) {
+  auto call = decode_event(bytes_of(launch_kernel_record()));
+  ASSERT_TRUE(call.ok()) << call.error().message;
+  EXPECT_EQ(layer_of(*call), Layer::kCuda);
+  const ProbeSpec* launch = find_probe(Layer::kDriver, "cuLaunchKernel");
+  ASSERT_NE(launch, nullptr);
+  HandleNameEvent named;
+  named.spec = launch;
+  EXPECT_EQ(layer_of(Event{named}), Layer::kDriver);
+  EXPECT_EQ(layer_of(Event{SignalEvent{}}), Layer::kOs);
+  EXPECT_EQ(layer_of(Event{OomKillEvent{}}), Layer::kOs);
+  EXPECT_EQ(layer_of(Event{MmapEvent{}}), Layer::kOs);
+  EXPECT_EQ(layer_of(Event{IoctlEvent{}}), Layer::kOs);
+  EXPECT_EQ(layer_of(Event{PySampleEvent{}}), Layer::kPython);
+  EXPECT_EQ(layer_of(Event{PyGcEvent{}}), Layer::kPython);
+  EXPECT_EQ(layer_of(Event{ProcEvent{}}), std::nullopt);  // the core's: no layer
+}
+
 TEST(Decoder, StatusIsSignExtendedFrom32Bits) {
   eacgm_call c = launch_kernel_record();
   c.ret = 0x00000000ffffffffull;  // (int)-1

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "layers/layer.h"
+
 namespace eacgm {
 
 inline constexpr uint32_t kMapPopulate = 0x8000;  // MAP_POPULATE
@@ -22,8 +24,9 @@ inline constexpr int kSiTkill = -6;               // tkill(2), tgkill(2), raise(
 
 // A signal generated for a traced process (tracepoint signal:signal_generate).
 struct SignalEvent {
-  uint32_t pid = 0;  // receiving process
-  uint32_t tid = 0;  // receiving thread
+  static constexpr Layer kLayer = Layer::kOs;  // the layer whose records these are
+  uint32_t pid = 0;                            // receiving process
+  uint32_t tid = 0;                            // receiving thread
   uint64_t ts_ns = 0;
   int sig = 0;
   int code = 0;    // si_code
@@ -41,6 +44,7 @@ struct SignalEvent {
 
 // The OOM killer chose a traced process (tracepoint oom:mark_victim).
 struct OomKillEvent {
+  static constexpr Layer kLayer = Layer::kOs;  // the layer whose records these are
   uint32_t pid = 0;
   uint32_t tid = 0;
   uint64_t ts_ns = 0;
@@ -60,6 +64,7 @@ struct OomKillEvent {
 
 // A finished mmap, munmap or mremap of a traced process.
 struct MmapEvent {
+  static constexpr Layer kLayer = Layer::kOs;  // the layer whose records these are
   enum class Op { kMmap, kMunmap, kMremap };
   Op op = Op::kMmap;
   uint32_t pid = 0;
@@ -82,6 +87,7 @@ struct MmapEvent {
 
 // A finished ioctl on a device file that matched --ioctl-devices.
 struct IoctlEvent {
+  static constexpr Layer kLayer = Layer::kOs;  // the layer whose records these are
   uint32_t pid = 0;
   uint32_t tid = 0;
   uint64_t ts_ns = 0;

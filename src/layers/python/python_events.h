@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "layers/layer.h"
+
 namespace eacgm {
 
 // One frame of a sampled stack: a code object and the raw instruction word of
@@ -15,6 +17,7 @@ struct PyFrameRef {
 };
 
 struct PySampleEvent {
+  static constexpr Layer kLayer = Layer::kPython;  // the layer whose records these are
   uint32_t pid = 0;
   uint32_t tid = 0;
   uint64_t ts_ns = 0;
@@ -32,6 +35,7 @@ struct PySampleEvent {
 
 // A code object described the first time a process showed it.
 struct PyCodeEvent {
+  static constexpr Layer kLayer = Layer::kPython;  // the layer whose records these are
   uint32_t pid = 0;
   uint64_t ts_ns = 0;
   uint64_t code = 0;
@@ -44,6 +48,7 @@ struct PyCodeEvent {
 
 // A function the USDT probes saw return for the first time in a process.
 struct PyFunctionEvent {
+  static constexpr Layer kLayer = Layer::kPython;  // the layer whose records these are
   uint32_t pid = 0;
   uint64_t ts_ns = 0;
   uint64_t file_ptr = 0;
@@ -53,6 +58,7 @@ struct PyFunctionEvent {
 };
 
 struct PyGcEvent {
+  static constexpr Layer kLayer = Layer::kPython;  // the layer whose records these are
   uint32_t pid = 0;
   uint32_t tid = 0;
   uint64_t ts_ns = 0;
