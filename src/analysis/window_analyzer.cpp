@@ -330,12 +330,22 @@ void WindowAnalyzer::score(Entity& e, const Window& w, std::vector<Anomaly>& out
     const Eigen::VectorXd x = b.scaler.transform(w.features);
     const GmmSampleScores s = b.gmm->score_detailed(x.transpose());
     const double ll = s.log_likelihood[0];
+    // Worse: some feature moved the bad way. Busier (more time inside calls) is bad either way,
+    // except beside a markedly higher call rate: then it is more work done, as when a job whose
+    // warm-up fell while the machine's CPUs were taken gets them back.
+    auto z_of = [&](size_t i) {
+      const double value = w.features[static_cast<size_t>(b.scaler.features[i])];
+      return std::isnan(value) ? std::nan("") : b.scaler.z(static_cast<int>(i), value);
+    };
+    bool more_calls = false;
+    for (size_t i = 0; i < b.scaler.features.size(); ++i) {
+      if (b.scaler.features[i] == kCallRate) more_calls = z_of(i) >= options_.gmm_min_worse_z;
+    }
     bool worse = false;
     for (size_t i = 0; i < b.scaler.features.size() && !worse; ++i) {
       const int f = b.scaler.features[i];
-      const double value = w.features[static_cast<size_t>(f)];
-      if (std::isnan(value)) continue;
-      const double z = b.scaler.z(static_cast<int>(i), value);
+      const double z = z_of(i);
+      if (std::isnan(z) || (f == kBusyShare && more_calls)) continue;
       const int dir = worse_direction(f);
       worse = (dir == 0 ? std::abs(z) : dir * z) >= options_.gmm_min_worse_z;
     }
