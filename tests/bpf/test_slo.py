@@ -3,7 +3,8 @@ CUDA runtime and NVML): baselines fitted from three healthy runs hold for a four
 0), and for a run that got faster; a run whose kernel launches are much slower violates
 cudaLaunchKernel's p90 latency, a run that leaks device memory violates the device memory
 objective, and a run whose steps stall violates every call rate objective, each API's and each
-process's, and nothing else (exit 1, naming them, with the observed value and the threshold); bad
+process's, and no share or memory objective (exit 1, naming them, with the observed value and the
+threshold; a latency a cold cache raised is allowed within 2.5 times its threshold); bad
 input is exit 2 with a one-line message; the Prometheus rules pass `promtool check rules`, and
 `promtool test rules` fires the latency alert, alone, on a synthetic series of slow launches. The
 recordings are short (about 1.3 s each) and shared.
@@ -235,20 +236,25 @@ class Slo(unittest.TestCase):
         self.assertEqual(proc.returncode, 1)
         self.assertIn("memory device memory [rank:0] steady device memory peak", proc.stdout)
 
-    def test_stalled_steps_violate_every_call_rate_and_nothing_else(self):
+    def test_stalled_steps_violate_every_call_rate_and_no_share_or_memory(self):
         report = self.check(self.stalled, expect=1)
         violations = report["sessions"][0]["violations"]
         ids = sorted(v["id"] for v in violations)
-        # The job calls the same APIs in the same mix, as fast, with no more memory: every
-        # violation is a call rate. One side effect is real and allowed: a step that begins after
-        # 20 ms of sleep finds its CPU's caches cold (other processes ran there), and the first
-        # of its three cudaMallocs is slower; measured here, cudaMalloc's p90 rose from 12 us to
-        # 16-21 us after stalls of 8 to 20 ms, around its threshold (every other API stayed
-        # within a tenth of its healthy p90).
-        cold = {f"steady/p90_latency/cuda/cudaMalloc/rank:{r}" for r in (0, 1)}
+        # The job calls the same APIs in the same mix, as fast, with no more memory: no share of
+        # the calls, memory or GPU objective is violated. One side effect on latency is real and
+        # allowed: a step that begins after 20 ms of sleep finds its CPU's caches cold (other
+        # processes ran there), so the first calls of each step are slower. Which API that shows
+        # in depends on the order of a step's calls and on what else ran: cudaMalloc's p90 (the
+        # first of three a step) rose from 9 us to 14-25 us here, cudaMemcpyAsync's (one a step)
+        # from 4 us to 6 us on a busy day. A cold cache costs microseconds, not the launch
+        # test's 20 us a call: each latency violation stays within 2.5 times its threshold.
+        cold = {v["id"] for v in violations if v["metric"] == "p90 latency"}
         self.assertEqual([v["id"] for v in violations
                           if v["metric"] != "calls/s" and v["id"] not in cold], [],
                          json.dumps(violations, indent=1))
+        for v in violations:
+            if v["id"] in cold:
+                self.assertLess(v["observed"], 2.5 * v["threshold"], v)
         # And every steady call rate objective that a drop to a seventh must cross is violated:
         # each API's on both ranks, and the ranks' own. The others were fitted from healthy runs
         # whose rates spread so far (on a busy machine, one run's slowest windows at 0.6 of
