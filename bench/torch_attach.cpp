@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "layers/torch/torch_ops.h"
+#include "probes/probe_link.h"
 #include "probes/tracer.h"
 
 namespace {
@@ -78,7 +79,7 @@ int main(int argc, char** argv) {
     }
     attach.push_back(ms_since(start));
     functions = (*tracer)->libraries().front().functions;
-    multi = (*tracer)->uses_uprobe_multi();
+    multi = eacgm::kernel_has_uprobe_multi();
     start = std::chrono::steady_clock::now();
     (*tracer)->detach_probes();
     detach.push_back(ms_since(start));

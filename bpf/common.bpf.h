@@ -60,7 +60,7 @@ struct eacgm_frame {
  * a few loads, where a hash map keyed by tid costs a hash and a bucket walk at
  * every probe, and freed by the kernel with the thread. */
 struct eacgm_call_stack {
-  __u32 depth; /* open calls in `frames`; calls nested deeper are not timed */
+  __u32 depth;        /* open calls in `frames`; calls nested deeper are not timed */
   __u32 py_absent_at; /* see eacgm_py_caller */
   struct eacgm_frame frames[EACGM_MAX_DEPTH];
 };
@@ -334,18 +334,18 @@ static __always_inline int eacgm_call_return(struct pt_regs* ctx, __u32 layer,
  * one generic entry and one generic return program, the attach cookie saying
  * which row fired. Calls
  * made inside an open call of layer `inner_of` (0: none) are marked inner. */
-#define EACGM_TABLE_LAYER_INNER_OF(layer_id, inner_of)                                   \
-  const volatile __u8 out_slot[EACGM_MAX_FUNCS];                                        \
-  const volatile __u8 row_flags[EACGM_MAX_FUNCS];                                       \
-  const volatile __u8 name_slots[EACGM_MAX_FUNCS];                                      \
-  const volatile __u32 entry_read[EACGM_MAX_FUNCS];                                     \
-  SEC("uprobe")                                                                         \
-  int BPF_KPROBE(call_entry) {                                                          \
-    return eacgm_call_entry(ctx, layer_id, row_flags, entry_read, inner_of);            \
-  }                                                                                     \
-  SEC("uretprobe")                                                                      \
-  int BPF_KRETPROBE(call_return) {                                                      \
-    return eacgm_call_return(ctx, layer_id, out_slot, row_flags, name_slots);           \
+#define EACGM_TABLE_LAYER_INNER_OF(layer_id, inner_of)                        \
+  const volatile __u8 out_slot[EACGM_MAX_FUNCS];                              \
+  const volatile __u8 row_flags[EACGM_MAX_FUNCS];                             \
+  const volatile __u8 name_slots[EACGM_MAX_FUNCS];                            \
+  const volatile __u32 entry_read[EACGM_MAX_FUNCS];                           \
+  SEC("uprobe")                                                               \
+  int BPF_KPROBE(call_entry) {                                                \
+    return eacgm_call_entry(ctx, layer_id, row_flags, entry_read, inner_of);  \
+  }                                                                           \
+  SEC("uretprobe")                                                            \
+  int BPF_KRETPROBE(call_return) {                                            \
+    return eacgm_call_return(ctx, layer_id, out_slot, row_flags, name_slots); \
   }
 /* ... a layer built on no other traced layer. */
 #define EACGM_TABLE_LAYER(layer_id) EACGM_TABLE_LAYER_INNER_OF(layer_id, 0)

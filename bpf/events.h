@@ -82,12 +82,14 @@ enum eacgm_event_kind {
   EACGM_EV_MMAP = 9,     /* a finished mmap, munmap or mremap: struct eacgm_mmap */
   EACGM_EV_IOCTL = 10,   /* a finished ioctl on a watched device: struct eacgm_ioctl */
   /* python layer (src/layers/python/python.bpf.c) */
-  EACGM_EV_PY_SAMPLE = 11,    /* one thread's Python stack: struct eacgm_py_sample */
-  EACGM_EV_PY_CODE = 12,      /* a code object seen for the first time: struct eacgm_py_code */
-  EACGM_EV_PY_FUNCTION = 13,  /* a (file, name) pair the USDT probes saw first: struct eacgm_py_function */
-  EACGM_EV_PY_GC = 14,        /* one garbage collection: struct eacgm_py_gc */
+  EACGM_EV_PY_SAMPLE = 11, /* one thread's Python stack: struct eacgm_py_sample */
+  EACGM_EV_PY_CODE = 12,   /* a code object seen for the first time: struct eacgm_py_code */
+  EACGM_EV_PY_FUNCTION =
+      13,              /* a (file, name) pair the USDT probes saw first: struct eacgm_py_function */
+  EACGM_EV_PY_GC = 14, /* one garbage collection: struct eacgm_py_gc */
   /* torch layer (src/layers/torch/torch.bpf.c) */
-  EACGM_EV_UNWIND_STOP = 15, /* a thread began unwinding across return probes and was stopped: struct eacgm_unwind_stop */
+  EACGM_EV_UNWIND_STOP = 15, /* a thread began unwinding across return probes and was stopped:
+                                struct eacgm_unwind_stop */
   /* a traced call gave a handle a name (a kernel's, from __cudaRegisterFunction,
    * cuModuleGetFunction, cuLibraryGetKernel): struct eacgm_name */
   EACGM_EV_NAME = 16,
@@ -102,7 +104,7 @@ enum eacgm_layer {
   EACGM_LAYER_TORCH = 3,
   EACGM_LAYER_PYTHON = 4,
   EACGM_LAYER_OS = 5,
-  EACGM_LAYER_GPU = 6, /* NVML sampled from user space: no BPF program, no events */
+  EACGM_LAYER_GPU = 6,    /* NVML sampled from user space: no BPF program, no events */
   EACGM_LAYER_DRIVER = 7, /* the CUDA driver API, libcuda.so.1 */
   EACGM_LAYER_ID_END,     /* one past the highest id: a new layer's id goes above */
 };
@@ -122,9 +124,9 @@ struct eacgm_call {
   /* For functions that return a value through a pointer argument
    * (cudaMalloc's devPtr), the pointed-to 8 bytes read at return. */
   __u64 out_value;
-  __s64 ret;      /* return register, sign-extended from 32 bits by user space when the ABI says so */
-  __u32 func_id;  /* row of the layer's probe table (the attach cookie) */
-  __u32 depth;    /* traced calls already open on this thread when this one started */
+  __s64 ret; /* return register, sign-extended from 32 bits by user space when the ABI says so */
+  __u32 func_id; /* row of the layer's probe table (the attach cookie) */
+  __u32 depth;   /* traced calls already open on this thread when this one started */
   /* The innermost Python frame of the calling thread when the call started
    * (python layer on, thread known to run Python): its code object and
    * instruction word (struct eacgm_py_frame); 0 otherwise. */
@@ -182,10 +184,10 @@ struct eacgm_unwind_stop {
 struct eacgm_signal {
   struct eacgm_header hdr; /* tgid/tid: the receiving process and thread */
   __s32 sig;
-  __s32 code;         /* si_code: SI_USER 0, SI_TKILL -6, SI_KERNEL 0x80, > 0 for faults */
-  __s32 result;       /* TRACE_SIGNAL_*: 0 delivered, 1 ignored, 2 already pending, 3/4 failed */
-  __u32 group;        /* sent to the whole thread group */
-  __u32 sender_tgid;  /* the task that was running when it was sent (current) */
+  __s32 code;        /* si_code: SI_USER 0, SI_TKILL -6, SI_KERNEL 0x80, > 0 for faults */
+  __s32 result;      /* TRACE_SIGNAL_*: 0 delivered, 1 ignored, 2 already pending, 3/4 failed */
+  __u32 group;       /* sent to the whole thread group */
+  __u32 sender_tgid; /* the task that was running when it was sent (current) */
   __u32 sender_tid;
   char sender_comm[EACGM_COMM_LEN];
 };
@@ -196,7 +198,7 @@ struct eacgm_oom {
   __u64 anon_rss_bytes;
   __u64 file_rss_bytes;
   __u64 shmem_rss_bytes;
-  __u64 cgroup_id;        /* kernfs node id of the victim's memory cgroup */
+  __u64 cgroup_id; /* kernfs node id of the victim's memory cgroup */
   __u32 uid;
   __s32 oom_score_adj;
   __u32 cgroup_level;     /* depth of that cgroup below its hierarchy's root */
@@ -245,10 +247,10 @@ struct eacgm_ioctl {
  * version; user space fills one `eacgm_py_layout` per supported version
  * (src/python/python_layouts.cpp) and registers each traced interpreter
  * process with the address of its _PyRuntime and the layout to use. */
-#define EACGM_PY_NONE 0xffffffffu  /* a field the version does not have */
+#define EACGM_PY_NONE 0xffffffffu /* a field the version does not have */
 #define EACGM_PY_MAX_LAYOUTS 16
-#define EACGM_PY_MAX_FRAMES 32     /* frames kept per sample, innermost first */
-#define EACGM_PY_MAX_THREADS 64    /* thread states walked to find one thread's */
+#define EACGM_PY_MAX_FRAMES 32  /* frames kept per sample, innermost first */
+#define EACGM_PY_MAX_THREADS 64 /* thread states walked to find one thread's */
 #define EACGM_PY_NAME_LEN 128
 #define EACGM_PY_FILE_LEN 256
 #define EACGM_PY_LINETABLE_LEN 4096
@@ -264,7 +266,7 @@ struct eacgm_py_layout {
   __u32 tstate_thread_id;        /* pthread_self(): on x86-64 glibc, the thread pointer (fs base) */
   __u32 tstate_native_thread_id; /* the kernel tid (3.11+); EACGM_PY_NONE: match thread_id */
   __u32 tstate_frame;            /* 3.8-3.10 frame, 3.11-3.12 cframe, 3.13 current_frame */
-  __u32 cframe_current_frame;    /* 3.11-3.12 (_PyCFrame); EACGM_PY_NONE: tstate_frame is the frame */
+  __u32 cframe_current_frame; /* 3.11-3.12 (_PyCFrame); EACGM_PY_NONE: tstate_frame is the frame */
   /* frames: PyFrameObject (3.8-3.10), _PyInterpreterFrame (3.11+) */
   __u32 frame_back;         /* f_back, previous */
   __u32 frame_code;         /* f_code, f_executable (3.13) */
@@ -274,10 +276,10 @@ struct eacgm_py_layout {
   /* PyCodeObject */
   __u32 code_filename;
   __u32 code_name;
-  __u32 code_qualname;   /* 3.11+; EACGM_PY_NONE: co_name stands for it */
+  __u32 code_qualname; /* 3.11+; EACGM_PY_NONE: co_name stands for it */
   __u32 code_firstlineno;
-  __u32 code_linetable;  /* co_lnotab (3.8-3.9), co_linetable (3.10+): a bytes object */
-  __u32 code_code;       /* 3.11+: offset of the first instruction (co_code_adaptive); else NONE */
+  __u32 code_linetable; /* co_lnotab (3.8-3.9), co_linetable (3.10+): a bytes object */
+  __u32 code_code;      /* 3.11+: offset of the first instruction (co_code_adaptive); else NONE */
   /* str and bytes */
   __u32 unicode_state;      /* PyASCIIObject.state (bit 5 compact, bit 6 ascii) */
   __u32 unicode_ascii_data; /* sizeof(PyASCIIObject): where a compact ASCII string's bytes start */
@@ -312,16 +314,16 @@ struct eacgm_py_sample {
   __u32 thread_state;      /* enum eacgm_py_thread_state: what the thread was doing */
   __u32 pad;
   __u64 voluntary_switches; /* task->nvcsw: it changes each time the thread goes to wait */
-  __u64 run_delay_ns; /* task->sched_info.run_delay: time spent waiting for a CPU so far (0
-                         without CONFIG_SCHED_INFO) */
+  __u64 run_delay_ns;       /* task->sched_info.run_delay: time spent waiting for a CPU so far (0
+                               without CONFIG_SCHED_INFO) */
   struct eacgm_py_frame frames[EACGM_PY_MAX_FRAMES]; /* innermost first */
 };
 
 struct eacgm_py_code {
   struct eacgm_header hdr;
-  __u64 code;           /* the PyCodeObject* this describes, in process hdr.tgid */
+  __u64 code; /* the PyCodeObject* this describes, in process hdr.tgid */
   __u32 firstlineno;
-  __u32 linetable_len;  /* the line table's size; at most EACGM_PY_LINETABLE_LEN bytes were copied */
+  __u32 linetable_len; /* the line table's size; at most EACGM_PY_LINETABLE_LEN bytes were copied */
   char name[EACGM_PY_NAME_LEN]; /* co_qualname (3.11+) or co_name */
   char file[EACGM_PY_FILE_LEN]; /* co_filename as given */
   __u8 linetable[EACGM_PY_LINETABLE_LEN];
@@ -341,7 +343,7 @@ struct eacgm_py_function {
 struct eacgm_py_gc {
   struct eacgm_header hdr; /* ts_ns: gc__start */
   __u64 duration_ns;
-  __s64 collected;  /* objects collected (gc__done's argument) */
+  __s64 collected; /* objects collected (gc__done's argument) */
   __s32 generation;
   __u32 pad;
 };

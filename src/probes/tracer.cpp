@@ -353,8 +353,7 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
   std::unique_ptr<Tracer> tracer(new Tracer());
   tracer->handler_ = std::move(handler);
   tracer->torch_filter_ = options.torch_ops;
-  tracer->multi_ = kernel_has_uprobe_multi();
-  if (options.duty_cycle && !tracer->multi_) {
+  if (options.duty_cycle && !kernel_has_uprobe_multi()) {
     // Without them every function is a link of its own, released one by one (~50 ms each).
     return Error{
         "--overhead-budget needs uprobe_multi links (Linux 6.6 or later), which this kernel "
@@ -401,7 +400,7 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const Options& options, EventHandle
       p.core->rodata->notice_in_cgroup = 1;
     }
   }
-  if (tracer->multi_) {
+  if (kernel_has_uprobe_multi()) {
     bpf_program__set_expected_attach_type(p.core->progs.on_dl_debug_state,
                                           static_cast<bpf_attach_type>(kBpfTraceUprobeMulti));
   }
@@ -565,11 +564,12 @@ Result<void> Tracer::load_layers(const std::set<Layer>& wanted) {
         layer_problems_.contains(layer)) {
       continue;
     }
-    loading.emplace_back(
-        layer, std::async(std::launch::async | std::launch::deferred,
-                          [&, layer, multi = multi_, python = py_attribution_, stop = may_stop_] {
-                            return load_table_layer(layer, p.core, &open_opts, multi, python, stop);
-                          }));
+    loading.emplace_back(layer, std::async(std::launch::async | std::launch::deferred,
+                                           [&, layer, multi = kernel_has_uprobe_multi(),
+                                            python = py_attribution_, stop = may_stop_] {
+                                             return load_table_layer(layer, p.core, &open_opts,
+                                                                     multi, python, stop);
+                                           }));
   }
   std::optional<Error> failed;
   for (auto& [layer, loaded] : loading) {

@@ -15,9 +15,9 @@
 
 #include "common/result.h"
 #include "layers/torch/torch_ops.h"
-#include "probes/probe_link.h"
 #include "probes/library_finder.h"
 #include "probes/probe_control.h"
+#include "probes/probe_link.h"
 #include "probes/probe_table.h"
 #include "probes/target_guardian.h"
 #include "reader/ring_reader.h"
@@ -89,7 +89,6 @@ class Tracer : public ProbeControl {
   int drain() override;
   uint64_t dropped() const;  // failed reservations, all CPUs
   const std::vector<TracedLibrary>& libraries() const { return libraries_; }
-  bool uses_uprobe_multi() const { return multi_; }
   const TorchOpTable& torch_ops() const override { return torch_ops_; }
   // Removes every uprobe now (the maps stay, so events already in the ring
   // buffer can still be drained).
@@ -142,7 +141,6 @@ class Tracer : public ProbeControl {
   std::unique_ptr<Programs> programs_;
   std::unique_ptr<RingReader> ring_;
   EventHandler handler_;
-  bool multi_ = false;
   bool may_stop_ = true;  // Options::stop_on_dlopen
   // What load_layers needs after open(): the enabled table layers, loaded or not, and how.
   std::set<Layer> table_layers_;

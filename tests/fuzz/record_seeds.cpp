@@ -58,9 +58,9 @@ int main(int argc, char** argv) {
                         EACGM_EV_DL_STOP, EACGM_EV_DL_NOTICE}) {
     write_one(dir, ("proc-" + std::to_string(kind)).c_str(), with_header<eacgm_proc>(kind, 0));
   }
-  // A kernel's name: the driver table's cuModuleGetFunction is row 79 (layers/driver/probes.cpp; checked by
-  // DriverTable.NamingRowsTellBpfWhereTheNameAndHandleAre); the
-  // fuzzer's mutations find the other rows.
+  // A kernel's name: the driver table's cuModuleGetFunction is row 79 (layers/driver/probes.cpp;
+  // checked by DriverTable.NamingRowsTellBpfWhereTheNameAndHandleAre); the fuzzer's mutations find
+  // the other rows.
   auto name = with_header<eacgm_name>(EACGM_EV_NAME, EACGM_LAYER_DRIVER);
   name.func_id = 79;
   std::strcpy(name.name, "_Z6vecAddPfS_S_i");

@@ -64,7 +64,8 @@ TEST(DriverTable, LaunchShapesAndMemsetBytesDecode) {
   EXPECT_EQ(set16.bytes(), 200u);
 }
 
-// cuLaunchKernelEx: BPF copies *config's first five words over rcx..stack1 (layers/driver/probes.cpp).
+// cuLaunchKernelEx: BPF copies *config's first five words over rcx..stack1
+// (layers/driver/probes.cpp).
 TEST(DriverTable, LaunchExShapeAndStreamComeFromItsConfig) {
   CallRecord call = driver_call("cuLaunchKernelEx");
   call.raw.args[kRdi] = 0x7000;  // config

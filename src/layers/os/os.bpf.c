@@ -94,9 +94,7 @@ static __always_inline int enter(struct trace_event_raw_sys_enter* ctx, __u32 nr
   return remember(ctx, nr, (__u32)id, 0, nargs);
 }
 
-static __always_inline int is_error(__s64 ret) {
-  return (__u64)ret >= (__u64)-EACGM_MAX_ERRNO;
-}
+static __always_inline int is_error(__s64 ret) { return (__u64)ret >= (__u64)-EACGM_MAX_ERRNO; }
 
 static __always_inline int exit_mmap(struct trace_event_raw_sys_exit* ctx, __u32 nr) {
   __u64 now = bpf_ktime_get_ns();
@@ -160,20 +158,20 @@ SEC("tracepoint/syscalls/sys_exit_mmap")
 int on_mmap_exit(struct trace_event_raw_sys_exit* ctx) { return exit_mmap(ctx, EACGM_NR_MMAP); }
 
 SEC("tracepoint/syscalls/sys_enter_munmap")
-int on_munmap_enter(struct trace_event_raw_sys_enter* ctx) { return enter(ctx, EACGM_NR_MUNMAP, 2); }
+int on_munmap_enter(struct trace_event_raw_sys_enter* ctx) {
+  return enter(ctx, EACGM_NR_MUNMAP, 2);
+}
 
 SEC("tracepoint/syscalls/sys_exit_munmap")
-int on_munmap_exit(struct trace_event_raw_sys_exit* ctx) {
-  return exit_mmap(ctx, EACGM_NR_MUNMAP);
-}
+int on_munmap_exit(struct trace_event_raw_sys_exit* ctx) { return exit_mmap(ctx, EACGM_NR_MUNMAP); }
 
 SEC("tracepoint/syscalls/sys_enter_mremap")
-int on_mremap_enter(struct trace_event_raw_sys_enter* ctx) { return enter(ctx, EACGM_NR_MREMAP, 5); }
+int on_mremap_enter(struct trace_event_raw_sys_enter* ctx) {
+  return enter(ctx, EACGM_NR_MREMAP, 5);
+}
 
 SEC("tracepoint/syscalls/sys_exit_mremap")
-int on_mremap_exit(struct trace_event_raw_sys_exit* ctx) {
-  return exit_mmap(ctx, EACGM_NR_MREMAP);
-}
+int on_mremap_exit(struct trace_event_raw_sys_exit* ctx) { return exit_mmap(ctx, EACGM_NR_MREMAP); }
 
 /* The char device behind the calling task's descriptor `fd` (kernel dev_t),
  * or 0 when it is not an open char device. Resolved here rather than from

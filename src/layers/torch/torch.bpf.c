@@ -63,8 +63,8 @@ int BPF_KPROBE(on_unwind_start) {
   for (int i = 0; i < EACGM_UNWIND_SLOTS && ri; i++) {
     __u64 slot = ri->stack;
     __u64 now = 0;
-    __u32 take = slot > sp && bpf_probe_read_user(&now, sizeof(now), (void*)slot) == 0 &&
-                 now == trampoline;
+    __u32 take =
+        slot > sp && bpf_probe_read_user(&now, sizeof(now), (void*)slot) == 0 && now == trampoline;
     e->slot[i & (EACGM_UNWIND_SLOTS - 1)] = take ? slot : 0;
     e->orig[i & (EACGM_UNWIND_SLOTS - 1)] = ri->orig_ret_vaddr;
     found |= take;
