@@ -63,35 +63,34 @@ Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string
   };
   auto session = std::make_unique<RecordedSession>();
   session->dir = dir;
+  // A newer version was refused at open; 0 is a database from before eacgm wrote one.
+  if ((*database)->schema_version != kSessionSchemaVersion) {
+    return Error{
+        fmt::format("{}: not an eacgm session database of schema {}", path, kSessionSchemaVersion)};
+  }
   {
     Stmt s;
     if (auto r = prepare("SELECT key, value FROM meta", s); !r) return r.error();
-    bool versioned = false;
     int rc;
     while ((rc = sqlite3_step(s.stmt)) == SQLITE_ROW) {
-      const std::string key = reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 0));
+      const auto* key_text = reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 0));
+      const std::string_view key = key_text ? key_text : "";
       const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 1));
       const uint64_t value = text ? std::strtoull(text, nullptr, 10) : 0;
-      if (key == "schema_version") versioned = value == kSessionSchemaVersion;
-      if (key == "start_ns") session->start_ns = value;
-      if (key == "end_ns") session->end_ns = value;
+      if (key == meta_key::kStartNs) session->start_ns = value;
+      if (key == meta_key::kEndNs) session->end_ns = value;
     }
     if (rc != SQLITE_DONE) {
       return Error{fmt::format("cannot read {}: {}", path, sqlite3_errmsg(db))};
-    }
-    if (!versioned) {
-      return Error{fmt::format("{}: not an eacgm session database of schema {}", path,
-                               kSessionSchemaVersion)};
     }
   }
   {
     Stmt s;
     // `role` came later (sessions of eacgm 0.1 have none: their workers share a key).
-    if (auto r = prepare("SELECT pid, rank, comm, end_ns, role FROM processes", s); !r) {
-      if (auto old = prepare("SELECT pid, rank, comm, end_ns, NULL FROM processes", s); !old) {
-        return old.error();
-      }
-    }
+    const char* sql = (*database)->has_column("processes", "role")
+                          ? "SELECT pid, rank, comm, end_ns, role FROM processes"
+                          : "SELECT pid, rank, comm, end_ns, NULL FROM processes";
+    if (auto r = prepare(sql, s); !r) return r.error();
     while (sqlite3_step(s.stmt) == SQLITE_ROW) {
       const auto pid = static_cast<uint32_t>(sqlite3_column_int64(s.stmt, 0));
       EntityInfo& info = session->processes[pid];
@@ -113,13 +112,14 @@ Result<std::unique_ptr<RecordedSession>> load_recorded_session(const std::string
   // The kernel column came with the driver layer too: older sessions name no kernel.
   const std::string columns =
       "pid, layer, name, start_ns, duration_ns, bytes, error IS NOT NULL, args";
-  const std::string sql = fmt::format("SELECT {}{} FROM calls WHERE inner_call = 0 ORDER BY id",
-                                      columns, with_places ? ", tid, depth, kernel" : "");
-  const std::string old_sql = fmt::format("SELECT {}{} FROM calls ORDER BY id", columns,
-                                          with_places ? ", tid, depth, NULL" : "");
-  if (auto r = prepare(sql.c_str(), s); !r) {
-    if (auto old = prepare(old_sql.c_str(), s); !old) return old.error();
-  }
+  const bool has_kernel = (*database)->has_column("calls", "kernel");
+  const std::string sql =
+      fmt::format("SELECT {}{} FROM calls{} ORDER BY id", columns,
+                  !with_places ? ""
+                  : has_kernel ? ", tid, depth, kernel"
+                               : ", tid, depth, NULL",
+                  (*database)->has_column("calls", "inner_call") ? " WHERE inner_call = 0" : "");
+  if (auto r = prepare(sql.c_str(), s); !r) return r.error();
   std::map<std::pair<Layer, std::string_view>, ApiRole> roles;
   std::unordered_map<uint32_t, DeviceMemory> memory;
   int rc;

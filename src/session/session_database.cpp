@@ -31,18 +31,23 @@ Result<std::unique_ptr<SessionDatabase>> open_session_database(const std::string
     return Error{fmt::format("{} is not an eacgm session database: {}", path, why)};
   };
   // SQLite reads a file lazily: a file that is not a database fails here, at the first query.
-  if (auto r =
-          sqlite_each_row(database->handle(), "SELECT name FROM sqlite_master WHERE type = 'table'",
-                          [&](sqlite3_stmt* s) {
-                            const auto* name = sqlite3_column_text(s, 0);
-                            if (name) database->tables.emplace(reinterpret_cast<const char*>(name));
-                          });
+  if (auto r = sqlite_each_row(database->handle(),
+                               "SELECT m.name, c.name FROM sqlite_master AS m, "
+                               "pragma_table_info(m.name) AS c WHERE m.type = 'table'",
+                               [&](sqlite3_stmt* s) {
+                                 const auto* table = sqlite3_column_text(s, 0);
+                                 const auto* column = sqlite3_column_text(s, 1);
+                                 if (!table || !column) return;
+                                 database->tables[reinterpret_cast<const char*>(table)].emplace(
+                                     reinterpret_cast<const char*>(column));
+                               });
       !r) {
     return not_ours(r.error().message);
   }
   if (!database->has_table("meta")) return not_ours("it has no meta table");
   if (auto r = sqlite_each_row(
-          database->handle(), "SELECT value FROM meta WHERE key = 'schema_version'",
+          database->handle(),
+          fmt::format("SELECT value FROM meta WHERE key = '{}'", meta_key::kSchemaVersion),
           [&](sqlite3_stmt* s) {
             const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(s, 0));
             const std::string_view v = text ? text : "";

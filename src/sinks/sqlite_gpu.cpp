@@ -6,6 +6,8 @@
 #include <cmath>
 #include <memory>
 
+#include "session/session_schema.h"
+
 namespace eacgm {
 namespace {
 
@@ -29,70 +31,14 @@ void bind_optional(sqlite3_stmt* stmt, int index, const std::optional<uint64_t>&
 
 }  // namespace
 
-std::string SqliteGpuTables::schema() {
-  // gpu_samples has one column per GpuMetric, named by its summary.json key,
-  // so the two can never disagree.
-  std::string metrics;
-  for (const GpuMetricInfo& m : gpu_metrics()) metrics += fmt::format("  {} NUMERIC,\n", m.key);
-  return fmt::format(R"sql(
-CREATE TABLE IF NOT EXISTS gpu_samples(
-  id INTEGER PRIMARY KEY,
-  device INTEGER NOT NULL,
-  ts_ns INTEGER NOT NULL,
-{}  memory_total_bytes INTEGER,
-  clock_event_reasons INTEGER,
-  ecc_corrected INTEGER,
-  ecc_uncorrected INTEGER
-);
-CREATE TABLE IF NOT EXISTS gpu_process_samples(
-  sample_id INTEGER NOT NULL REFERENCES gpu_samples(id),
-  device INTEGER NOT NULL,
-  ts_ns INTEGER NOT NULL,
-  pid INTEGER NOT NULL,
-  traced INTEGER NOT NULL,
-  memory_used_bytes INTEGER,
-  sm_util_pct NUMERIC,
-  memory_util_pct NUMERIC
-);
-CREATE TABLE IF NOT EXISTS gpu_events(
-  id INTEGER PRIMARY KEY,
-  device INTEGER NOT NULL,
-  ts_ns INTEGER NOT NULL,
-  kind TEXT NOT NULL,
-  code INTEGER,
-  description TEXT
-);
-CREATE TABLE IF NOT EXISTS gpu_devices(
-  device INTEGER PRIMARY KEY,
-  name TEXT,
-  uuid TEXT,
-  memory_total_bytes INTEGER,
-  samples INTEGER NOT NULL,
-  unsupported TEXT NOT NULL
-);
-)sql",
-                     metrics);
-}
-
 Result<std::unique_ptr<SqliteGpuTables>> SqliteGpuTables::prepare(sqlite3* db) {
   std::unique_ptr<SqliteGpuTables> t(new SqliteGpuTables(db));
-  std::string columns, params;
-  for (const GpuMetricInfo& m : gpu_metrics()) {
-    columns += fmt::format(", {}", m.key);
-    params += ", ?";
-  }
-  const std::string sample_sql = fmt::format(
-      "INSERT INTO gpu_samples(device, ts_ns{}, memory_total_bytes, clock_event_reasons, "
-      "ecc_corrected, ecc_uncorrected) VALUES(?, ?{}, ?, ?, ?, ?)",
-      columns, params);
-  const char* process_sql =
-      "INSERT INTO gpu_process_samples(sample_id, device, ts_ns, pid, traced, memory_used_bytes, "
-      "sm_util_pct, memory_util_pct) VALUES(?, ?, ?, ?, ?, ?, ?, ?)";
-  const char* event_sql =
-      "INSERT INTO gpu_events(device, ts_ns, kind, code, description) VALUES(?, ?, ?, ?, ?)";
-  for (auto [sql, stmt] :
-       {std::pair{sample_sql.c_str(), &t->insert_sample_},
-        std::pair{process_sql, &t->insert_process_}, std::pair{event_sql, &t->insert_event_}}) {
+  const std::string sample_sql = session_table("gpu_samples").insert_sql();
+  const std::string process_sql = session_table("gpu_process_samples").insert_sql();
+  const std::string event_sql = session_table("gpu_events").insert_sql();
+  for (auto [sql, stmt] : {std::pair{sample_sql.c_str(), &t->insert_sample_},
+                           std::pair{process_sql.c_str(), &t->insert_process_},
+                           std::pair{event_sql.c_str(), &t->insert_event_}}) {
     if (sqlite3_prepare_v2(db, sql, -1, stmt, nullptr) != SQLITE_OK) {
       return t->error("preparing the gpu tables' statements");
     }
@@ -164,9 +110,7 @@ Result<void> SqliteGpuTables::write_devices(const Session& session) {
   auto it = session.layers.find(Layer::kGpu);
   if (it == session.layers.end() || !it->second.extra.contains("devices")) return {};
   sqlite3_stmt* raw = nullptr;
-  if (sqlite3_prepare_v2(db_,
-                         "INSERT OR REPLACE INTO gpu_devices(device, name, uuid, "
-                         "memory_total_bytes, samples, unsupported) VALUES(?, ?, ?, ?, ?, ?)",
+  if (sqlite3_prepare_v2(db_, session_table("gpu_devices").insert_sql("INSERT OR REPLACE").c_str(),
                          -1, &raw, nullptr) != SQLITE_OK) {
     return error("preparing gpu_devices");
   }

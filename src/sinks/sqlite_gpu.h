@@ -21,9 +21,7 @@ namespace eacgm {
 
 class SqliteGpuTables {
  public:
-  // The CREATE TABLE statements.
-  static std::string schema();
-
+  // Its tables are created with every other (session/session_schema.h).
   // Prepares the insert statements on `db`, which must outlive this object.
   static Result<std::unique_ptr<SqliteGpuTables>> prepare(sqlite3* db);
   ~SqliteGpuTables();

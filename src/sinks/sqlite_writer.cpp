@@ -16,132 +16,10 @@
 
 #include "common/json_text.h"
 #include "layers/python/python_profile.h"
+#include "session/session_schema.h"
 
 namespace eacgm {
 namespace {
-
-// The schema; docs/SQLITE_SCHEMA.md describes every column. Keep the two in
-// step, and bump SqliteWriter::kSchemaVersion when a meaning changes.
-constexpr const char* kSchema = R"sql(
-CREATE TABLE calls(
-  id INTEGER PRIMARY KEY,
-  pid INTEGER NOT NULL,
-  tid INTEGER NOT NULL,
-  layer TEXT NOT NULL,
-  name TEXT NOT NULL,
-  start_ns INTEGER NOT NULL,
-  duration_ns INTEGER NOT NULL,
-  ret INTEGER NOT NULL,
-  error TEXT,
-  bytes INTEGER NOT NULL,
-  depth INTEGER NOT NULL,
-  args TEXT NOT NULL,
-  py_function TEXT,
-  py_file TEXT,
-  py_line INTEGER,
-  kernel TEXT,
-  inner_call INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE kernels(
-  layer TEXT NOT NULL,
-  name TEXT NOT NULL,
-  demangled TEXT NOT NULL,
-  launches INTEGER NOT NULL,
-  errors INTEGER NOT NULL,
-  total_ns INTEGER NOT NULL,
-  p50_ns INTEGER NOT NULL,
-  p99_ns INTEGER NOT NULL,
-  shapes TEXT NOT NULL,
-  python TEXT NOT NULL,
-  torch_ops TEXT NOT NULL,
-  PRIMARY KEY(layer, name)
-);
-CREATE TABLE collectives(
-  call_id INTEGER PRIMARY KEY REFERENCES calls(id),
-  comm TEXT NOT NULL,
-  rank INTEGER NOT NULL,
-  nranks INTEGER NOT NULL,
-  seq INTEGER NOT NULL
-);
-CREATE TABLE processes(
-  pid INTEGER PRIMARY KEY,
-  ppid INTEGER,
-  comm TEXT,
-  cmdline TEXT,
-  rank INTEGER,
-  start_ns INTEGER,
-  end_ns INTEGER,
-  exit_code INTEGER,
-  exit_signal INTEGER,
-  core_dumped INTEGER,
-  cause TEXT,
-  role TEXT
-);
-CREATE TABLE threads(
-  pid INTEGER NOT NULL,
-  tid INTEGER NOT NULL,
-  name TEXT,
-  PRIMARY KEY(pid, tid)
-);
-CREATE TABLE device_memory(
-  pid INTEGER PRIMARY KEY,
-  outstanding_bytes INTEGER NOT NULL,
-  peak_bytes INTEGER NOT NULL,
-  unmatched_frees INTEGER NOT NULL
-);
-CREATE TABLE layers(
-  layer TEXT PRIMARY KEY,
-  status TEXT NOT NULL,
-  reason TEXT,
-  libraries TEXT NOT NULL
-);
-CREATE TABLE meta(
-  key TEXT PRIMARY KEY,
-  value TEXT
-);
-CREATE TABLE os_events(
-  id INTEGER PRIMARY KEY,
-  pid INTEGER NOT NULL,
-  tid INTEGER,
-  kind TEXT NOT NULL,
-  ts_ns INTEGER,
-  name TEXT,
-  value INTEGER,
-  detail TEXT NOT NULL
-);
-CREATE TABLE python_functions(
-  function TEXT PRIMARY KEY,
-  file TEXT,
-  first_line INTEGER,
-  count INTEGER,
-  samples INTEGER NOT NULL,
-  total_ns INTEGER NOT NULL,
-  self_ns INTEGER NOT NULL
-);
-CREATE TABLE python_gc(
-  pid INTEGER NOT NULL,
-  tid INTEGER NOT NULL,
-  start_ns INTEGER NOT NULL,
-  duration_ns INTEGER NOT NULL,
-  generation INTEGER NOT NULL,
-  collected INTEGER NOT NULL
-);
-)sql";
-
-// Built at finish(), after the bulk inserts: maintaining them row by row
-// would slow every insert down for no benefit while recording.
-constexpr const char* kIndexes = R"sql(
-CREATE INDEX IF NOT EXISTS calls_by_name ON calls(name);
-CREATE INDEX IF NOT EXISTS calls_by_pid_start ON calls(pid, start_ns);
-)sql";
-
-constexpr const char* kInsertCall =
-    "INSERT INTO calls(pid, tid, layer, name, start_ns, duration_ns, ret, error, bytes, depth, "
-    "args, py_function, py_file, py_line, kernel, inner_call) "
-    "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
-
-constexpr const char* kInsertCollective =
-    "INSERT INTO collectives(call_id, comm, rank, nranks, seq) VALUES(?, ?, ?, ?, ?)";
 
 struct StmtDeleter {
   void operator()(sqlite3_stmt* stmt) const { sqlite3_finalize(stmt); }
@@ -277,8 +155,9 @@ Result<std::unique_ptr<SqliteWriter>> SqliteWriter::open(const std::string& path
   // switches the file back to a rollback journal, which checkpoints once,
   // so that the finished database is one self-contained file that
   // read-only readers open.
+  const std::string schema = session_schema_sql();
   for (const char* sql : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=OFF",
-                          "PRAGMA wal_autocheckpoint=0", kSchema}) {
+                          "PRAGMA wal_autocheckpoint=0", schema.c_str()}) {
     if (Result<void> r = writer->exec(sql); !r.ok()) {
       return Error{"cannot create SQLite database " + path + ": " + r.error().message};
     }
@@ -288,15 +167,13 @@ Result<std::unique_ptr<SqliteWriter>> SqliteWriter::open(const std::string& path
   if (Result<void> r = writer->exec(meta.c_str()); !r.ok()) {
     return Error{"cannot create SQLite database " + path + ": " + r.error().message};
   }
-  if (Result<void> r = writer->prepare(kInsertCall, &writer->insert_call_); !r.ok()) {
-    return Error{"cannot create SQLite database " + path + ": " + r.error().message};
-  }
-  if (Result<void> r = writer->prepare(kInsertCollective, &writer->insert_collective_); !r.ok()) {
-    return Error{"cannot create SQLite database " + path + ": " + r.error().message};
-  }
-  // The gpu layer's tables exist in every database, empty when it did not run.
-  if (Result<void> r = writer->exec(SqliteGpuTables::schema().c_str()); !r.ok()) {
-    return Error{"cannot create SQLite database " + path + ": " + r.error().message};
+  // The calls' statement binds the columns in the schema's order (on_call).
+  for (auto [table, stmt] : {std::pair{"calls", &writer->insert_call_},
+                             std::pair{"collectives", &writer->insert_collective_}}) {
+    if (Result<void> r = writer->prepare(session_table(table).insert_sql().c_str(), stmt);
+        !r.ok()) {
+      return Error{"cannot create SQLite database " + path + ": " + r.error().message};
+    }
   }
   auto gpu = SqliteGpuTables::prepare(db);
   if (!gpu) return Error{"cannot create SQLite database " + path + ": " + gpu.error().message};
@@ -438,11 +315,7 @@ Result<void> SqliteWriter::write_session(const Session& session) {
   }
 
   sqlite3_stmt* raw = nullptr;
-  if (Result<void> r = prepare(
-          "INSERT INTO processes(pid, ppid, comm, cmdline, rank, start_ns, end_ns, exit_code, "
-          "exit_signal, core_dumped, cause, role) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-          &raw);
-      !r.ok()) {
+  if (Result<void> r = prepare(session_table("processes").insert_sql().c_str(), &raw); !r.ok()) {
     return r;
   }
   Stmt insert(raw);
@@ -469,8 +342,7 @@ Result<void> SqliteWriter::write_session(const Session& session) {
     if (sqlite3_step(stmt) != SQLITE_DONE) return sqlite_error("inserting processes");
   }
 
-  if (Result<void> r = prepare("INSERT INTO threads(pid, tid, name) VALUES(?, ?, ?)", &raw);
-      !r.ok()) {
+  if (Result<void> r = prepare(session_table("threads").insert_sql().c_str(), &raw); !r.ok()) {
     return r;
   }
   insert.reset(raw);
@@ -489,10 +361,7 @@ Result<void> SqliteWriter::write_session(const Session& session) {
     }
   }
 
-  if (Result<void> r =
-          prepare("INSERT INTO device_memory(pid, outstanding_bytes, peak_bytes, unmatched_frees) "
-                  "VALUES(?, ?, ?, ?)",
-                  &raw);
+  if (Result<void> r = prepare(session_table("device_memory").insert_sql().c_str(), &raw);
       !r.ok()) {
     return r;
   }
@@ -507,9 +376,7 @@ Result<void> SqliteWriter::write_session(const Session& session) {
     if (sqlite3_step(stmt) != SQLITE_DONE) return sqlite_error("inserting device memory");
   }
 
-  if (Result<void> r =
-          prepare("INSERT INTO layers(layer, status, reason, libraries) VALUES(?, ?, ?, ?)", &raw);
-      !r.ok()) {
+  if (Result<void> r = prepare(session_table("layers").insert_sql().c_str(), &raw); !r.ok()) {
     return r;
   }
   insert.reset(raw);
@@ -527,7 +394,7 @@ Result<void> SqliteWriter::write_session(const Session& session) {
   if (Result<void> r = write_python(session); !r.ok()) return r;
   if (Result<void> r = write_kernels(session); !r.ok()) return r;
 
-  if (Result<void> r = prepare("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", &raw);
+  if (Result<void> r = prepare(session_table("meta").insert_sql("INSERT OR REPLACE").c_str(), &raw);
       !r.ok()) {
     return r;
   }
@@ -572,11 +439,7 @@ Result<void> SqliteWriter::write_session(const Session& session) {
 // Every kernel launched, by name (unnamed launches under ''), with its figures.
 Result<void> SqliteWriter::write_kernels(const Session& session) {
   sqlite3_stmt* raw = nullptr;
-  if (Result<void> r =
-          prepare("INSERT INTO kernels(layer, name, demangled, launches, errors, total_ns, p50_ns, "
-                  "p99_ns, shapes, python, torch_ops) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                  &raw);
-      !r.ok()) {
+  if (Result<void> r = prepare(session_table("kernels").insert_sql().c_str(), &raw); !r.ok()) {
     return r;
   }
   Stmt insert(raw);
@@ -603,10 +466,7 @@ Result<void> SqliteWriter::write_python(const Session& session) {
   auto layer = session.layers.find(Layer::kPython);
   if (layer == session.layers.end()) return {};
   sqlite3_stmt* raw = nullptr;
-  if (Result<void> r = prepare(
-          "INSERT INTO python_functions(function, file, first_line, count, samples, total_ns, "
-          "self_ns) VALUES(?, ?, ?, ?, ?, ?, ?)",
-          &raw);
+  if (Result<void> r = prepare(session_table("python_functions").insert_sql().c_str(), &raw);
       !r.ok()) {
     return r;
   }
@@ -625,11 +485,7 @@ Result<void> SqliteWriter::write_python(const Session& session) {
     bind_int(stmt, 7, f.value("self_ns", int64_t{0}));
     if (sqlite3_step(stmt) != SQLITE_DONE) return sqlite_error("inserting python functions");
   }
-  if (Result<void> r =
-          prepare("INSERT INTO python_gc(pid, tid, start_ns, duration_ns, generation, collected) "
-                  "VALUES(?, ?, ?, ?, ?, ?)",
-                  &raw);
-      !r.ok()) {
+  if (Result<void> r = prepare(session_table("python_gc").insert_sql().c_str(), &raw); !r.ok()) {
     return r;
   }
   insert.reset(raw);
@@ -649,10 +505,7 @@ Result<void> SqliteWriter::write_python(const Session& session) {
 
 Result<void> SqliteWriter::write_os_events(const Session& session) {
   sqlite3_stmt* raw = nullptr;
-  if (Result<void> r = prepare("INSERT INTO os_events(pid, tid, kind, ts_ns, name, value, detail) "
-                               "VALUES(?, ?, ?, ?, ?, ?, ?)",
-                               &raw);
-      !r.ok()) {
+  if (Result<void> r = prepare(session_table("os_events").insert_sql().c_str(), &raw); !r.ok()) {
     return r;
   }
   Stmt insert(raw);
@@ -789,7 +642,7 @@ Result<void> SqliteWriter::finish(const Session& session) {
     }
     gpu_.reset();
   }
-  if (Result<void> r = exec(kIndexes); !r.ok()) {
+  if (Result<void> r = exec(std::string(session_index_sql()).c_str()); !r.ok()) {
     fail(Error{"creating indexes: " + r.error().message});
   }
   if (Result<void> r = exec("PRAGMA journal_mode=DELETE"); !r.ok()) {

@@ -80,7 +80,7 @@ Result<void> read_database(const fs::path& path, SessionEvidence& evidence) {
   auto database = open_session_database(path.string());
   if (!database) return database.error();
   sqlite3* const db = (*database)->handle();
-  const std::set<std::string, std::less<>>& tables = (*database)->tables;
+  const SessionDatabase& session = **database;
   // Every query below reads what an older or a crashed session may lack: a missing table or
   // column only means less evidence.
   auto each_row = [&](const char* sql, auto&& row) {
@@ -88,12 +88,12 @@ Result<void> read_database(const fs::path& path, SessionEvidence& evidence) {
     if (sqlite3_prepare_v2(db, sql, -1, &s.stmt, nullptr) != SQLITE_OK) return;
     while (sqlite3_step(s.stmt) == SQLITE_ROW) row(s.stmt);
   };
-  if (tables.contains("python_functions")) {
+  if (session.has_table("python_functions")) {
     each_row("SELECT function, file, first_line FROM python_functions", [&](sqlite3_stmt* s) {
       evidence.add_function(column_text(s, 0), column_text(s, 1), sqlite3_column_int(s, 2));
     });
   }
-  if (tables.contains("calls")) {
+  if (session.has_column("calls", "py_file")) {
     each_row("SELECT DISTINCT py_function, py_file, py_line FROM calls WHERE py_file IS NOT NULL",
              [&](sqlite3_stmt* s) {
                const std::string file = column_text(s, 1);
@@ -103,6 +103,8 @@ Result<void> read_database(const fs::path& path, SessionEvidence& evidence) {
                  evidence.add_line(file, sqlite3_column_int(s, 2));
                }
              });
+  }
+  if (session.has_table("calls")) {
     each_row("SELECT DISTINCT name FROM calls WHERE layer = 'torch'",
              [&](sqlite3_stmt* s) { evidence.add_torch_op(column_text(s, 0)); });
   }
