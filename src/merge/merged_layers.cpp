@@ -150,28 +150,19 @@ Result<void> read_torch_self_ns(sqlite3* db, const std::string& outer, MergedCal
 
 Result<MergedCallFigures> read_call_figures(sqlite3* db) {
   MergedCallFigures out;
-  auto columns = sqlite_rows(db, "SELECT name FROM pragma_table_info('calls')");
-  if (!columns) return columns.error();
-  std::set<std::string> have;
-  for (const auto& c : *columns) {
-    if (c[0]) have.insert(*c[0]);
-  }
-  if (have.empty()) return out;  // no session had a calls table
-  // Sessions of an eacgm that did not mark inner calls have NULL there: none of theirs is one.
-  const bool marks_inner = have.contains("inner_call");
-  const std::string outer = marks_inner ? "COALESCE(inner_call, 0) = 0" : "1";
+  // Every merged database has the column (merged_schema()); sessions of an eacgm that did not
+  // mark inner calls have NULL there: none of theirs is one.
+  const std::string outer = "COALESCE(inner_call, 0) = 0";
   if (auto r = read_api_figures(db, outer, out); !r) return r.error();
   if (auto r = read_torch_self_ns(db, outer, out); !r) return r.error();
-  if (marks_inner) {
-    auto inner = sqlite_rows(db,
-                             "SELECT layer, name, session, COUNT(*) FROM calls WHERE inner_call = "
-                             "1 GROUP BY layer, name, session");
-    if (!inner) return inner.error();
-    for (const auto& r : *inner) {
-      const std::string layer = r[0].value_or("");
-      out.inner[layer][r[1].value_or("")] += std::stoull(r[3].value_or("0"));
-      out.sessions[layer].insert(std::stoul(r[2].value_or("0")));
-    }
+  auto inner = sqlite_rows(db,
+                           "SELECT layer, name, session, COUNT(*) FROM calls WHERE inner_call = 1 "
+                           "GROUP BY layer, name, session");
+  if (!inner) return inner.error();
+  for (const auto& r : *inner) {
+    const std::string layer = r[0].value_or("");
+    out.inner[layer][r[1].value_or("")] += std::stoull(r[3].value_or("0"));
+    out.sessions[layer].insert(std::stoul(r[2].value_or("0")));
   }
   return out;
 }

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string_view>
 
 #include "analysis/session_db.h"
 #include "common/atomic_file.h"
@@ -21,6 +22,7 @@
 #include "merge/clock_alignment.h"
 #include "merge/merged_layers.h"
 #include "merge/merged_trace.h"
+#include "session/session_schema.h"
 
 namespace eacgm {
 namespace {
@@ -135,6 +137,8 @@ Result<void> copy_tables(sqlite3* db, size_t index, const Source& source, int64_
     if (!existing) return existing.error();
     std::set<std::string> have;
     for (const auto& c : *existing) have.insert(*c[0]);
+    // merged_schema() has every table this eacgm knows; a newer eacgm's session may bring more,
+    // and more columns: they are kept, as the session had them.
     if (have.empty()) {
       auto created =
           sqlite_exec(db, fmt::format("CREATE TABLE main.{}(session INTEGER NOT NULL, node "
@@ -402,8 +406,10 @@ Result<nlohmann::json> write_merged(const std::vector<Source>& sources,
       SQLITE_OK) {
     return Error{fmt::format("{}: cannot create: {}", path, sqlite3_errmsg(db.db))};
   }
-  if (auto r = sqlite_exec(db.db, "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF"); !r) {
-    return r.error();
+  if (auto r = sqlite_exec(db.db, "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; BEGIN; " +
+                                      merged_schema_sql() + "COMMIT");
+      !r) {
+    return Error{fmt::format("{}: cannot create its tables: {}", path, r.error().message)};
   }
   for (size_t i = 0; i < sources.size(); ++i) {
     SqliteStmt attach;
@@ -424,13 +430,13 @@ Result<nlohmann::json> write_merged(const std::vector<Source>& sources,
   int64_t start = std::numeric_limits<int64_t>::max(), end = std::numeric_limits<int64_t>::min();
   for (size_t i = 0; i < sources.size(); ++i) {
     const SessionShift& s = shifts[i];
-    auto meta_ns = [&](const char* key) -> std::optional<int64_t> {
-      auto it = sources[i].meta.find(key);
+    auto meta_ns = [&](std::string_view key) -> std::optional<int64_t> {
+      auto it = sources[i].meta.find(std::string(key));
       if (it == sources[i].meta.end() || it->second.empty()) return std::nullopt;
       return std::stoll(it->second) + s.shift_ns;
     };
-    if (auto v = meta_ns("start_ns")) start = std::min(start, *v);
-    if (auto v = meta_ns("end_ns")) end = std::max(end, *v);
+    if (auto v = meta_ns(meta_key::kStartNs)) start = std::min(start, *v);
+    if (auto v = meta_ns(meta_key::kEndNs)) end = std::max(end, *v);
     sessions.push_back(
         {{"session", i},
          {"dir", sources[i].dir},
@@ -443,20 +449,20 @@ Result<nlohmann::json> write_merged(const std::vector<Source>& sources,
          {"realtime_correction_ns", s.realtime_correction_ns}});
   }
   const std::string& ref_offset = sources[options.reference].meta.at("realtime_offset_ns");
-  if (auto r = sqlite_exec(db.db, "BEGIN; CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT)");
-      !r) {
-    return r.error();
-  }
+  if (auto r = sqlite_exec(db.db, "BEGIN"); !r) return r.error();
+  // A merged session is read as a session is: the same version.
   const std::vector<std::pair<std::string, std::string>> meta = {
-      {"schema_version", "1"},
+      {std::string(meta_key::kSchemaVersion), std::to_string(kSessionSchemaVersion)},
       {"version", EACGM_VERSION},
       {"merged_sessions", sessions.dump()},
-      {"start_ns", start == std::numeric_limits<int64_t>::max() ? "" : std::to_string(start)},
-      {"end_ns", end == std::numeric_limits<int64_t>::min() ? "" : std::to_string(end)},
+      {std::string(meta_key::kStartNs),
+       start == std::numeric_limits<int64_t>::max() ? "" : std::to_string(start)},
+      {std::string(meta_key::kEndNs),
+       end == std::numeric_limits<int64_t>::min() ? "" : std::to_string(end)},
       {"realtime_offset_ns", ref_offset}};
   for (const auto& [key, value] : meta) {
     SqliteStmt insert;
-    sqlite3_prepare_v2(db.db, "INSERT INTO meta(key, value) VALUES(?, ?)", -1, &insert.stmt,
+    sqlite3_prepare_v2(db.db, session_table("meta").insert_sql().c_str(), -1, &insert.stmt,
                        nullptr);
     sqlite3_bind_text(insert.stmt, 1, key.c_str(), -1, SQLITE_TRANSIENT);
     if (value.empty()) {
@@ -489,12 +495,7 @@ Result<nlohmann::json> write_merged(const std::vector<Source>& sources,
         "an older eacgm, or no nccl layer): hangs across nodes are not judged; each node's own "
         "summary has the hangs it saw";
   }
-  if (auto r = sqlite_exec(
-          db.db,
-          "CREATE INDEX IF NOT EXISTS calls_by_name ON calls(name);"
-          "CREATE INDEX IF NOT EXISTS calls_by_pid_start ON calls(session, pid, start_ns);"
-          "COMMIT");
-      !r) {
+  if (auto r = sqlite_exec(db.db, std::string(merged_index_sql()) + "COMMIT"); !r) {
     return Error{fmt::format("{}: {}", path, r.error().message)};
   }
   if (auto r = write_merged_trace(db.db, options.out_dir + "/trace.perfetto-trace",

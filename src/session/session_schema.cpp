@@ -189,9 +189,41 @@ std::string session_schema_sql() {
   return sql;
 }
 
-std::string_view session_index_sql() {
+const char* session_index_sql() {
   return "CREATE INDEX IF NOT EXISTS calls_by_name ON calls(name);\n"
          "CREATE INDEX IF NOT EXISTS calls_by_pid_start ON calls(pid, start_ns);\n";
+}
+
+const std::vector<SchemaTable>& merged_schema() {
+  static const std::vector<SchemaTable> tables = [] {
+    std::vector<SchemaTable> merged;
+    for (const SchemaTable& t : session_schema()) {
+      if (t.name == "meta") {
+        merged.push_back(t);
+        continue;
+      }
+      SchemaTable m{.name = t.name,
+                    .columns = {{"session", "INTEGER NOT NULL"}, {"node", "TEXT NOT NULL"}}};
+      for (const SchemaColumn& c : t.columns) {
+        // The type is the declaration's first word ("INTEGER PRIMARY KEY" -> "INTEGER").
+        m.columns.push_back({c.name, c.declaration.substr(0, c.declaration.find(' '))});
+      }
+      merged.push_back(std::move(m));
+    }
+    return merged;
+  }();
+  return tables;
+}
+
+std::string merged_schema_sql() {
+  std::string sql;
+  for (const SchemaTable& t : merged_schema()) sql += t.create_sql();
+  return sql;
+}
+
+const char* merged_index_sql() {
+  return "CREATE INDEX IF NOT EXISTS calls_by_name ON calls(name);\n"
+         "CREATE INDEX IF NOT EXISTS calls_by_pid_start ON calls(session, pid, start_ns);\n";
 }
 
 }  // namespace eacgm

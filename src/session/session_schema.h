@@ -45,7 +45,18 @@ std::string session_schema_sql();
 
 // Built when the session finishes, after the bulk inserts: maintaining them row by row would slow
 // every insert for no benefit while recording.
-std::string_view session_index_sql();
+const char* session_index_sql();
+
+// A merged session's tables (eacgm merge, docs/MERGE.md): every session table but meta, each row
+// led by the index of the session it came from and that session's node, then the table's columns
+// with their types only. One node's keys (a pid, a thread, a layer) repeat on another, and a
+// column a session of an older eacgm lacks is NULL in its rows: so no key and no NOT NULL. meta is
+// the merged session's own, as in a session.
+const std::vector<SchemaTable>& merged_schema();
+// Every CREATE TABLE statement of merged_schema().
+std::string merged_schema_sql();
+// A session's indexes, with the session leading where a pid does.
+const char* merged_index_sql();
 
 // The keys of the meta table that readers use (docs/SQLITE_SCHEMA.md lists every key).
 namespace meta_key {

@@ -162,8 +162,8 @@ Result<std::unique_ptr<SqliteWriter>> SqliteWriter::open(const std::string& path
       return Error{"cannot create SQLite database " + path + ": " + r.error().message};
     }
   }
-  const std::string meta = "INSERT INTO meta(key, value) VALUES('schema_version', '" +
-                           std::to_string(kSchemaVersion) + "')";
+  const std::string meta = fmt::format("INSERT INTO meta(key, value) VALUES('{}', '{}')",
+                                       meta_key::kSchemaVersion, kSessionSchemaVersion);
   if (Result<void> r = writer->exec(meta.c_str()); !r.ok()) {
     return Error{"cannot create SQLite database " + path + ": " + r.error().message};
   }
@@ -404,7 +404,7 @@ Result<void> SqliteWriter::write_session(const Session& session) {
   if (version.empty()) version = EACGM_VERSION;
 #endif
   const std::vector<std::pair<std::string_view, std::optional<std::string>>> meta = {
-      {"schema_version", std::to_string(kSchemaVersion)},
+      {meta_key::kSchemaVersion, std::to_string(kSessionSchemaVersion)},
       {"version", version},
       {"command", to_json(nlohmann::ordered_json(session.command))},
       {"attached_pids", to_json(nlohmann::ordered_json(session.attached_pids))},
@@ -642,7 +642,7 @@ Result<void> SqliteWriter::finish(const Session& session) {
     }
     gpu_.reset();
   }
-  if (Result<void> r = exec(std::string(session_index_sql()).c_str()); !r.ok()) {
+  if (Result<void> r = exec(session_index_sql()); !r.ok()) {
     fail(Error{"creating indexes: " + r.error().message});
   }
   if (Result<void> r = exec("PRAGMA journal_mode=DELETE"); !r.ok()) {

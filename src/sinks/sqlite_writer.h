@@ -20,7 +20,6 @@
 #include <utility>
 
 #include "common/result.h"
-#include "session/session_schema.h"
 #include "sinks/sink.h"
 #include "sinks/sqlite_gpu.h"
 
@@ -49,8 +48,6 @@ class SqliteWriter : public Sink {
   // can take the rows of its whole transaction with it.
   std::vector<OutputLoss> losses() const override;
 
-  // Bumped whenever a table or column changes meaning; stored in meta (session/session_schema.h).
-  static constexpr int kSchemaVersion = kSessionSchemaVersion;
   static constexpr size_t kBatchRows = 10000;
   static constexpr std::chrono::milliseconds kBatchInterval{1000};
 

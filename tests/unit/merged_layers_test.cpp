@@ -7,12 +7,17 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "common/sqlite_handles.h"
 #include "merge/session_merge.h"
 #include "probe_row.h"
 #include "session/session.h"
+#include "session/session_database.h"
+#include "session/session_schema.h"
 #include "sinks/sqlite_writer.h"
 #include "sinks/summary.h"
 #include "test_support.h"
@@ -204,6 +209,73 @@ TEST(MergedLayers, ANodeWithoutSummaryCountsByItsCalls) {
                                                {"p50_ns", 20},
                                                {"p99_ns", 30},
                                                {"bytes", 0}}));
+}
+
+// The merged database has every table of merged_schema(), columns in its order, whatever each
+// session brings: a session of an older eacgm (a column and a table fewer) reads NULL there, and a
+// newer one's extra column and table are kept.
+TEST(MergedSchema, TheMergedDatabaseHasEveryTableOfTheMergedSchema) {
+  TempDir tmp;
+  Session job;
+  const std::string a_dir = tmp.mkdirs("node-a"), b_dir = tmp.mkdirs("node-b");
+  Node a(a_dir, job), b(b_dir, job);
+  a.call(merged_call(100, cuda_row("cudaMalloc"), 100 * kMs, 500));
+  b.call(merged_call(100, cuda_row("cudaMalloc"), 100 * kMs, 700));
+  a.finish();
+  b.finish();
+  {
+    SqliteDb older;
+    ASSERT_EQ(sqlite3_open((a_dir + "/events.sqlite").c_str(), &older.db), SQLITE_OK);
+    ASSERT_TRUE(
+        sqlite_exec(older.db, "ALTER TABLE calls DROP COLUMN inner_call; DROP TABLE python_gc")
+            .ok());
+    SqliteDb newer;
+    ASSERT_EQ(sqlite3_open((b_dir + "/events.sqlite").c_str(), &newer.db), SQLITE_OK);
+    ASSERT_TRUE(sqlite_exec(newer.db,
+                            "ALTER TABLE calls ADD COLUMN future INTEGER; UPDATE calls SET future "
+                            "= 7; CREATE TABLE future_table(x INTEGER); INSERT INTO "
+                            "future_table VALUES(3)")
+                    .ok());
+  }
+  const std::string out = (tmp.path() / "merged").string();
+  auto merged = merge_sessions({.sessions = {a_dir, b_dir}, .out_dir = out});
+  ASSERT_TRUE(merged.ok()) << merged.error().message;
+
+  auto opened = open_session_database(out + "/events.sqlite");
+  ASSERT_TRUE(opened.ok()) << opened.error().message;
+  EXPECT_EQ((*opened)->schema_version, kSessionSchemaVersion);
+  std::set<std::string> written, declared = {"future_table"};
+  for (const auto& [table, columns] : (*opened)->tables) written.insert(table);
+  for (const SchemaTable& table : merged_schema()) {
+    declared.insert(table.name);
+    auto rows = sqlite_rows((*opened)->handle(), "SELECT name FROM pragma_table_info('" +
+                                                     table.name + "') ORDER BY cid");
+    ASSERT_TRUE(rows.ok()) << rows.error().message;
+    std::vector<std::string> in_file, expected;
+    for (const auto& row : *rows) in_file.push_back(row[0].value_or(""));
+    if (table.name != "meta") expected = {"session", "node"};
+    for (const SchemaColumn& c : session_table(table.name).columns) expected.push_back(c.name);
+    if (table.name == "calls") expected.push_back("future");
+    EXPECT_EQ(in_file, expected) << table.name;
+  }
+  EXPECT_EQ(written, declared);
+  auto calls = sqlite_rows((*opened)->handle(),
+                           "SELECT session, node, inner_call, future FROM calls ORDER BY session");
+  ASSERT_TRUE(calls.ok()) << calls.error().message;
+  ASSERT_EQ(calls->size(), 2u);
+  EXPECT_EQ((*calls)[0][1], "node-a");
+  EXPECT_EQ((*calls)[0][2], std::nullopt);  // the older session did not mark inner calls
+  EXPECT_EQ((*calls)[0][3], std::nullopt);
+  EXPECT_EQ((*calls)[1][1], "node-b");
+  EXPECT_EQ((*calls)[1][2], "0");
+  EXPECT_EQ((*calls)[1][3], "7");
+  auto future = sqlite_rows((*opened)->handle(), "SELECT session, node, x FROM future_table");
+  ASSERT_TRUE(future.ok()) << future.error().message;
+  ASSERT_EQ(future->size(), 1u);
+  EXPECT_EQ((*future)[0][1], "node-b");
+  EXPECT_EQ((*future)[0][2], "3");
+  // Both sessions' cudaMalloc is counted: the older one's NULL inner_call is an outer call.
+  EXPECT_EQ((*merged)["layers"]["cuda"]["calls"]["cudaMalloc"]["count"], 2);
 }
 
 }  // namespace

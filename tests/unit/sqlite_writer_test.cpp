@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "session/session_schema.h"
 #include "test_support.h"
 
 namespace eacgm {
@@ -288,7 +289,7 @@ TEST(SqliteWriter, WritesCallsSessionAndMeta) {
   auto meta = [&](const std::string& key) {
     return db.scalar("SELECT value FROM meta WHERE key = '" + key + "'");
   };
-  EXPECT_EQ(meta("schema_version"), text_value(std::to_string(SqliteWriter::kSchemaVersion)));
+  EXPECT_EQ(meta("schema_version"), text_value(std::to_string(kSessionSchemaVersion)));
   EXPECT_EQ(meta("version"), text_value("9.9.9-test"));
   EXPECT_EQ(json::parse(meta("command").text),
             json::parse(R"(["python", "train.py", "--lr=0.1"])"));
