@@ -4,7 +4,9 @@
 // sinks and prints the median time per call over several runs. No BPF, no root: for instruction
 // counts that do not depend on the machine's load, run it under
 //   valgrind --tool=callgrind build/bench/sink_cost 50000 1
-//   sink_cost [CALLS=200000] [RUNS=5]
+//   sink_cost [CALLS=200000] [RUNS=5] [KEEP_DIR]
+// KEEP_DIR: the last run's events.sqlite and trace stay there, for timing readers
+// (bench/sqlite_page_size.sh).
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -33,6 +35,7 @@ const eacgm::ProbeSpec* cuda_spec(std::string_view symbol) {
 int main(int argc, char** argv) {
   const size_t calls = argc > 1 ? std::stoul(argv[1]) : 200000;
   const int runs = argc > 2 ? std::stoi(argv[2]) : 5;
+  const std::string keep_dir = argc > 3 ? argv[3] : "";
   const eacgm::ProbeSpec* specs[] = {cuda_spec("cudaLaunchKernel"), cuda_spec("cudaMemcpyAsync"),
                                      cuda_spec("cudaStreamSynchronize")};
   std::vector<double> per_call_ns, finish_per_call_ns;
@@ -79,6 +82,10 @@ int main(int argc, char** argv) {
         std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - finish_start)
             .count() /
         static_cast<double>(calls));
+    if (!keep_dir.empty() && run + 1 == runs) {
+      std::filesystem::remove_all(keep_dir);
+      std::filesystem::copy(dir, keep_dir, std::filesystem::copy_options::recursive);
+    }
     std::filesystem::remove_all(dir);
   }
   std::sort(per_call_ns.begin(), per_call_ns.end());
