@@ -147,6 +147,13 @@ std::vector<SchemaTable> build_schema() {
   return tables;
 }
 
+// Every table's CREATE TABLE statement, in order.
+std::string create_sql(const std::vector<SchemaTable>& tables) {
+  std::string sql;
+  for (const SchemaTable& t : tables) sql += t.create_sql();
+  return sql;
+}
+
 }  // namespace
 
 std::string SchemaTable::create_sql() const {
@@ -183,11 +190,7 @@ const SchemaTable& session_table(std::string_view name) {
   std::abort();
 }
 
-std::string session_schema_sql() {
-  std::string sql;
-  for (const SchemaTable& t : session_schema()) sql += t.create_sql();
-  return sql;
-}
+std::string session_schema_sql() { return create_sql(session_schema()); }
 
 const char* session_index_sql() {
   return "CREATE INDEX IF NOT EXISTS calls_by_name ON calls(name);\n"
@@ -215,11 +218,7 @@ const std::vector<SchemaTable>& merged_schema() {
   return tables;
 }
 
-std::string merged_schema_sql() {
-  std::string sql;
-  for (const SchemaTable& t : merged_schema()) sql += t.create_sql();
-  return sql;
-}
+std::string merged_schema_sql() { return create_sql(merged_schema()); }
 
 const char* merged_index_sql() {
   return "CREATE INDEX IF NOT EXISTS calls_by_name ON calls(name);\n"

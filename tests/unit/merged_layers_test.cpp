@@ -248,15 +248,11 @@ TEST(MergedSchema, TheMergedDatabaseHasEveryTableOfTheMergedSchema) {
   for (const auto& [table, columns] : (*opened)->tables) written.insert(table);
   for (const SchemaTable& table : merged_schema()) {
     declared.insert(table.name);
-    auto rows = sqlite_rows((*opened)->handle(), "SELECT name FROM pragma_table_info('" +
-                                                     table.name + "') ORDER BY cid");
-    ASSERT_TRUE(rows.ok()) << rows.error().message;
-    std::vector<std::string> in_file, expected;
-    for (const auto& row : *rows) in_file.push_back(row[0].value_or(""));
+    std::vector<std::string> expected;
     if (table.name != "meta") expected = {"session", "node"};
     for (const SchemaColumn& c : session_table(table.name).columns) expected.push_back(c.name);
     if (table.name == "calls") expected.push_back("future");
-    EXPECT_EQ(in_file, expected) << table.name;
+    EXPECT_EQ(column_names((*opened)->handle(), table.name), expected) << table.name;
   }
   EXPECT_EQ(written, declared);
   auto calls = sqlite_rows((*opened)->handle(),

@@ -1,6 +1,6 @@
-// What several unit tests share: time and size units, a scratch directory, reading a file, the
-// real NVIDIA library the toolkit installs. One definition each, so that the test sources can
-// also be compiled together (CMake's unity build).
+// What several unit tests share: time and size units, a scratch directory, reading a file, a
+// table's columns, the real NVIDIA library the toolkit installs. One definition each, so that the
+// test sources can also be compiled together (CMake's unity build).
 #pragma once
 
 #include <stdlib.h>
@@ -16,6 +16,8 @@
 #include <string_view>
 #include <system_error>
 #include <vector>
+
+#include "common/sqlite_handles.h"
 
 namespace eacgm {
 
@@ -63,5 +65,15 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// The names of `table`'s columns in the database, in their order; empty when it has none.
+inline std::vector<std::string> column_names(sqlite3* db, const std::string& table) {
+  std::vector<std::string> names;
+  auto rows = sqlite_rows(db, "SELECT name FROM pragma_table_info('" + table + "') ORDER BY cid");
+  if (rows.ok()) {
+    for (const auto& row : *rows) names.push_back(row[0].value_or(""));
+  }
+  return names;
+}
 
 }  // namespace eacgm
