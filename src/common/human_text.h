@@ -13,6 +13,9 @@ namespace eacgm {
 std::string human_bytes(double bytes);
 // "850 ns", "12.3 us", "4.56 ms", "1.20 s".
 std::string human_ns(double ns);
+// "4.50 us", "12.00/s", "256.0 MiB", "71.2 %": a metric's value in its unit ("ns", "bytes", "/s",
+// "bytes/s", "GB/s", or any other, shown after the number), for the pages and the comparisons.
+std::string format_value(double value, std::string_view unit);
 // The width of a table's first column: its longest entry, at least `least`, at most 80, so that
 // columns line up for the long names real jobs have
 // (`torch/nn/modules/module.py:Module._call_impl`).

@@ -85,27 +85,6 @@ std::string confidence_text(double p) {
   return p < 1e-4 ? ">99.99%" : fmt::format("{:.2f}%", 100 * (1 - p));
 }
 
-std::string format_value(double value, std::string_view unit) {
-  if (unit == "ns") {
-    const double a = std::fabs(value);
-    if (a >= 1e9) return fmt::format("{:.2f} s", value / 1e9);
-    if (a >= 1e6) return fmt::format("{:.2f} ms", value / 1e6);
-    if (a >= 1e3) return fmt::format("{:.2f} us", value / 1e3);
-    return fmt::format("{:.0f} ns", value);
-  }
-  if (unit == "bytes") {
-    const double a = std::fabs(value);
-    if (a >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", value / (1024.0 * 1024 * 1024));
-    if (a >= 1024.0 * 1024) return fmt::format("{:.1f} MiB", value / (1024.0 * 1024));
-    if (a >= 1024.0) return fmt::format("{:.1f} KiB", value / 1024.0);
-    return fmt::format("{:.0f} B", value);
-  }
-  if (unit == "/s") return fmt::format("{:.2f}/s", value);
-  if (unit == "bytes/s") return format_value(value, "bytes") + "/s";
-  if (unit == "GB/s") return fmt::format("{:.2f} GB/s", value);
-  return fmt::format("{:.1f} {}", value, unit);
-}
-
 ordered_json report_json(const Comparison& c, const Thresholds& t, bool all) {
   ordered_json out;
   ordered_json regressions = ordered_json::array(), improvements = ordered_json::array();

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/human_text.h"
 #include "compare/compare.h"
 
 namespace eacgm::compare {
@@ -19,8 +20,5 @@ std::string report_text(const Comparison& c, bool all = false);
 std::string ratio_text(double ratio);
 // ">99.99%", or the confidence 1 - p in percent with two decimals.
 std::string confidence_text(double p);
-
-// "4.5 us", "12.0/s", "256.0 MiB", "71.2 %": a metric's value in its unit, for people.
-std::string format_value(double value, std::string_view unit);
 
 }  // namespace eacgm::compare

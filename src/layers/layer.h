@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bpf/events.h"
+#include "common/result.h"
 
 namespace eacgm {
 
@@ -36,6 +37,9 @@ struct LayerState;
 class LayerRuntime;
 class LayerHost;
 struct LayerRuntimeSetup;
+namespace report {
+class LayerPage;
+}
 
 // Where a layer's events come from, which decides how the runtime loads and attaches it and how
 // its status is settled at the end.
@@ -87,6 +91,10 @@ struct LayerInfo {
   // gpu, python); nullptr: its calls' table (sinks/summary.cpp text_report).
   std::vector<std::string> (*report_lines)(const Session& session,
                                            const LayerState& state) = nullptr;
+  // The layer's own part of `eacgm report`'s page, for figures the charts and tables every layer's
+  // calls share do not show (report/layer_page.h); nullptr: those are all it has. An error is a
+  // recording the page cannot be drawn from (a table it cannot read).
+  Result<void> (*html_report)(report::LayerPage& page) = nullptr;
   // Its calls nest (an operator's total holds the operators it calls): its costliest calls are
   // those with the most self time.
   bool self_time = false;

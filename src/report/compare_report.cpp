@@ -31,8 +31,8 @@ Table changes_table(const std::vector<compare::Change>& changes, const std::stri
     const double confidence = 100 * (1 - c.p);
     t.rows.push_back(
         {text_cell(c.key.layer), text_cell(c.key.what), text_cell(c.key.process),
-         text_cell(c.key.metric), number_cell(compare::format_value(c.base, c.info.unit), c.base),
-         number_cell(compare::format_value(c.candidate, c.info.unit), c.candidate),
+         text_cell(c.key.metric), number_cell(format_value(c.base, c.info.unit), c.base),
+         number_cell(format_value(c.candidate, c.info.unit), c.candidate),
          number_cell(compare::ratio_text(c.ratio), std::isinf(c.ratio) ? 1e300 : c.ratio),
          number_cell(compare::confidence_text(c.p), confidence),
          c.time_share
@@ -64,8 +64,8 @@ std::string drawn(const std::vector<compare::Change>& changes,
     const bool log = c.info.unit == "ns" && std::isfinite(lo) && hi / lo > 20;
     html += distributions(
         fmt::format("{} {} [{}] {}: {} -> {} ({})", c.key.layer, c.key.what, c.key.process,
-                    c.key.metric, compare::format_value(c.base, c.info.unit),
-                    compare::format_value(c.candidate, c.info.unit), compare::ratio_text(c.ratio)),
+                    c.key.metric, format_value(c.base, c.info.unit),
+                    format_value(c.candidate, c.info.unit), compare::ratio_text(c.ratio)),
         {{fmt::format("base ({} {}s)", b.size(), unit_of_sample), b},
          {fmt::format("candidate ({} {}s)", k.size(), unit_of_sample), k}},
         unit_formatter(c.info.unit), log);

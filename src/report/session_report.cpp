@@ -5,17 +5,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <map>
 #include <set>
 
 #include "analysis/session_db.h"
 #include "common/json_fields.h"
-#include "common/sqlite_handles.h"
 #include "compare/report.h"
 #include "compare/run_data.h"
+#include "layers/layer.h"
 #include "report/html_page.h"
+#include "report/layer_page.h"
 #include "report/svg_chart.h"
 
 namespace eacgm::report {
@@ -24,53 +24,12 @@ namespace {
 using nlohmann::json;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// Lines a chart draws before the rest are summed into one: more are not readable.
-constexpr size_t kMaxSeries = 8;
-// Time is cut into this many bins for the charts over time.
-constexpr size_t kTimeBins = 160;
 // Collectives are drawn in at most this many columns, communicators at most this many.
 constexpr size_t kHeatColumns = 120;
 constexpr size_t kMaxCommunicators = 4;
-constexpr size_t kTableRows = 25;
-
-// The session cut into equal bins of time, in seconds since it began.
-struct TimeBins {
-  uint64_t start_ns = 0;
-  uint64_t bin_ns = 1;
-  size_t count = 1;
-
-  TimeBins(uint64_t start, uint64_t end) : start_ns(start) {
-    const uint64_t span = end > start ? end - start : 1;
-    bin_ns = std::max<uint64_t>(span / kTimeBins + (span % kTimeBins != 0), 1'000'000);
-    count = std::max<uint64_t>((span + bin_ns - 1) / bin_ns, 1);
-  }
-  std::ptrdiff_t of(uint64_t ns) const {
-    if (ns < start_ns) return -1;
-    const uint64_t i = (ns - start_ns) / bin_ns;
-    return i < count ? static_cast<std::ptrdiff_t>(i) : static_cast<std::ptrdiff_t>(count) - 1;
-  }
-  double mid_s(size_t i) const {
-    return (static_cast<double>(i) + 0.5) * static_cast<double>(bin_ns) / 1e9;
-  }
-  double bin_s() const { return static_cast<double>(bin_ns) / 1e9; }
-  std::vector<double> mids() const {
-    std::vector<double> out(count);
-    for (size_t i = 0; i < count; ++i) out[i] = mid_s(i);
-    return out;
-  }
-};
 
 double seconds_since(uint64_t ns, uint64_t start_ns) {
   return ns > start_ns ? static_cast<double>(ns - start_ns) / 1e9 : 0;
-}
-
-std::string process_label(const RecordedSession& s, uint32_t pid) {
-  auto it = s.processes.find(pid);
-  if (it == s.processes.end()) return fmt::format("pid {}", pid);
-  const EntityInfo& p = it->second;
-  std::string who = p.rank ? fmt::format("rank {}", *p.rank) : p.comm;
-  if (!p.role.empty() && p.role != "rank") who += fmt::format(" {}", p.role);
-  return fmt::format("{} (pid {})", who, pid);
 }
 
 // A command line as a table shows it: a launcher's can be kilobytes (ids, paths). Cut where a
@@ -87,28 +46,6 @@ double median_of(std::vector<double>& v) {
   const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
   std::nth_element(v.begin(), mid, v.end());
   return *mid;
-}
-
-// Keeps the `kMaxSeries - 1` largest series by `weight` and sums the rest into one, so that a job
-// of 64 ranks draws a readable chart.
-std::vector<Series> busiest(std::vector<std::pair<double, Series>> weighted, bool sum_rest,
-                            const std::string& rest_name) {
-  // Stable: series of equal weight keep their order (and so their colours) from run to run.
-  std::stable_sort(weighted.begin(), weighted.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::vector<Series> out;
-  for (size_t i = 0; i < weighted.size(); ++i) {
-    Series& s = weighted[i].second;
-    if (i + 1 < kMaxSeries || weighted.size() == kMaxSeries) {
-      out.push_back(std::move(s));
-    } else if (sum_rest) {
-      if (out.size() < kMaxSeries) out.push_back({rest_name, s.x, std::vector<double>(s.y.size())});
-      for (size_t k = 0; k < s.y.size(); ++k) {
-        if (std::isfinite(s.y[k])) out.back().y[k] += s.y[k];
-      }
-    }
-  }
-  return out;
 }
 
 // An anomaly of summary.json as the charts mark it.
@@ -151,9 +88,20 @@ class SessionPage {
     collectives_section();
     for (Layer layer : all_layers()) layer_section(layer);
     memory_section();
-    if (auto r = os_section(db); !r) return r.error();
-    gpu_section();
-    tables_section();
+    // Each layer's own sections, then its tables among those of where the time goes.
+    std::vector<std::pair<std::string, std::string>> layer_tables;
+    for (const LayerInfo* layer : layer_registry()) {
+      if (!layer->html_report) continue;
+      const std::string name(layer->name);
+      LayerPage part(
+          {run_, s_, db, bins_, x_max_}, json_object(json_object(summary_, "layers"), name.c_str()),
+          markers_where(anomalies_, [&](const AnomalyMark& a) { return a.layer == name; }));
+      if (auto r = layer->html_report(part); !r) return r.error();
+      for (const LayerPage::Section& section : part.sections())
+        page_.add_section(section.id, section.heading, section.html);
+      layer_tables.insert(layer_tables.end(), part.tables().begin(), part.tables().end());
+    }
+    tables_section(layer_tables);
     processes_section();
     return page_.render();
   }
@@ -256,23 +204,16 @@ class SessionPage {
     const auto here = [&](const AnomalyMark& a) { return a.layer == name; };
 
     LineChart calls = chart(fmt::format("{} calls a second, per process", name), "calls/s");
-    std::vector<std::pair<double, Series>> weighted;
-    for (auto& [pid, counts] : per_process) {
-      double total = 0;
-      for (double& v : counts) {
-        total += v;
-        v /= bins_.bin_s();
-      }
-      weighted.push_back({total, Series{process_label(s_, pid), bins_.mids(), std::move(counts)}});
-    }
-    calls.series = busiest(std::move(weighted), true, "other processes");
+    std::vector<std::pair<std::string, std::vector<double>>> counts;
+    for (auto& [pid, per_bin] : per_process) counts.emplace_back(process_label(s_, pid), per_bin);
+    calls.series = rates_by_name(std::move(counts), bins_, "other processes");
     calls.markers = markers_where(anomalies_, here);
 
     LineChart latency =
         chart(fmt::format("{} latency: the median call of its costliest APIs", name), "latency");
     latency.log_y = true;
     latency.y_format = unit_formatter("ns");
-    weighted.clear();
+    std::vector<std::pair<double, Series>> weighted;
     for (auto& [api, by_bin] : durations) {
       std::vector<double> medians(bins_.count, kNaN);
       for (size_t b = 0; b < by_bin.size(); ++b) medians[b] = median_of(by_bin[b]);
@@ -407,98 +348,18 @@ class SessionPage {
       const double p50 = r.lateness[n / 2];
       const double p99 = r.lateness[std::min(n - 1, n * 99 / 100)];
       const double share = 100.0 * static_cast<double>(r.last) / static_cast<double>(n);
-      t.rows.push_back({number_cell(std::to_string(rank), rank),
-                        text_cell(process_label(s_, r.pid)),
-                        number_cell(std::to_string(n), static_cast<double>(n)),
-                        number_cell(compare::format_value(p50, "ns"), p50),
-                        number_cell(compare::format_value(p99, "ns"), p99),
-                        number_cell(fmt::format("{:.0f} %", share), share)});
+      t.rows.push_back(
+          {number_cell(std::to_string(rank), rank), text_cell(process_label(s_, r.pid)),
+           number_cell(std::to_string(n), static_cast<double>(n)),
+           number_cell(format_value(p50, "ns"), p50), number_cell(format_value(p99, "ns"), p99),
+           number_cell(fmt::format("{:.0f} %", share), share)});
     }
     return heatmap(map) + table_html(t);
   }
 
-  // The os layer's events a second, by kind (mmaps, MAP_POPULATE, signals, ioctls...).
-  Result<void> os_section(sqlite3* db) {
-    auto rows = sqlite_rows(db, "SELECT kind, ts_ns FROM os_events WHERE ts_ns IS NOT NULL");
-    if (!rows)
-      return Error{fmt::format("{}: cannot read its os events: {}", dir_, rows.error().message)};
-    std::map<std::string, std::vector<double>> by_kind;
-    for (const auto& r : *rows) {
-      if (!r[0] || !r[1]) continue;
-      const std::ptrdiff_t b = bins_.of(std::stoull(*r[1]));
-      if (b < 0) continue;
-      auto& v = by_kind[*r[0]];
-      if (v.empty()) v.assign(bins_.count, 0);
-      v[static_cast<size_t>(b)] += 1;
-    }
-    if (by_kind.empty()) return {};
-    LineChart os = chart("os layer: events a second, by kind", "events/s");
-    std::vector<std::pair<double, Series>> weighted;
-    for (auto& [kind, v] : by_kind) {
-      double total = 0;
-      for (double& x : v) {
-        total += x;
-        x /= bins_.bin_s();
-      }
-      weighted.push_back({total, Series{kind, bins_.mids(), std::move(v)}});
-    }
-    os.series = busiest(std::move(weighted), true, "other kinds");
-    os.markers = markers_where(anomalies_, [](const AnomalyMark& a) { return a.layer == "os"; });
-    page_.add_section("layer-os", "os layer over time", line_chart(os));
-    return {};
-  }
-
-  void gpu_section() {
-    if (run_.gpu.empty()) return;
-    struct Reading {
-      const char* title;
-      const char* unit;
-      double compare::GpuReading::*field;
-    };
-    static constexpr Reading kReadings[] = {
-        {"GPU utilization", "%", &compare::GpuReading::util_pct},
-        {"GPU memory used", "bytes", &compare::GpuReading::memory_used_bytes},
-        {"GPU power", "W", &compare::GpuReading::power_w},
-        {"GPU temperature", "C", &compare::GpuReading::temperature_c},
-        {"GPU SM clock", "MHz", &compare::GpuReading::sm_clock_mhz}};
-    std::string html;
-    for (const Reading& r : kReadings) {
-      std::map<int, std::pair<std::vector<double>, std::vector<double>>> sums;  // device -> sum, n
-      for (const compare::GpuReading& g : run_.gpu) {
-        const double v = g.*r.field;
-        const std::ptrdiff_t b = bins_.of(g.ts_ns);
-        if (std::isnan(v) || b < 0) continue;
-        auto& [sum, n] = sums[g.device];
-        if (sum.empty()) {
-          sum.assign(bins_.count, 0);
-          n.assign(bins_.count, 0);
-        }
-        sum[static_cast<size_t>(b)] += v;
-        n[static_cast<size_t>(b)] += 1;
-      }
-      if (sums.empty()) continue;
-      LineChart c = chart(r.title, r.unit);
-      c.y_format = unit_formatter(r.unit);
-      for (auto& [device, sn] : sums) {
-        // Only the bins with a reading: NVML is sampled more slowly than the bins are cut, and the
-        // line joins one reading to the next.
-        Series series{fmt::format("GPU {}", device), {}, {}};
-        for (size_t b = 0; b < bins_.count; ++b) {
-          if (sn.second[b] == 0) continue;
-          series.x.push_back(bins_.mid_s(b));
-          series.y.push_back(sn.first[b] / sn.second[b]);
-        }
-        c.series.push_back(std::move(series));
-      }
-      c.markers = markers_where(anomalies_, [](const AnomalyMark& a) { return a.layer == "gpu"; });
-      html += line_chart(c);
-    }
-    if (!html.empty()) page_.add_section("gpu", "GPU readings (NVML)", html);
-  }
-
-  // The costliest APIs of every layer, the torch operators by self time, the kernels, and the
-  // Python functions, from summary.json.
-  void tables_section() {
+  // The costliest APIs of every layer, the layers' own tables (operators, Python functions), and
+  // the kernels, from summary.json.
+  void tables_section(const std::vector<std::pair<std::string, std::string>>& layer_tables) {
     const json layers = json_object(summary_, "layers");
     std::string html;
     {
@@ -518,7 +379,7 @@ class SessionPage {
         if (t.rows.size() == kTableRows) break;
         const auto ns = [&](const char* key) {
           const auto v = static_cast<double>(json_number<uint64_t>(st, key));
-          return number_cell(compare::format_value(v, "ns"), v);
+          return number_cell(format_value(v, "ns"), v);
         };
         const auto count = json_number<uint64_t>(st, "count");
         const auto errors = json_number<uint64_t>(st, "errors");
@@ -530,29 +391,8 @@ class SessionPage {
       }
       if (!t.rows.empty()) html += "<h3>APIs by time spent in them</h3>" + table_html(t);
     }
-    {
-      Table t{{"operator", "calls", "self time", "total time", "p50"}, {}, {}, "operators"};
-      std::vector<std::pair<uint64_t, std::string>> order;
-      const json calls = json_object(json_object(layers, "torch"), "ops");  // torch's call table
-      for (const auto& [op, st] : calls.items()) {
-        if (st.is_object()) order.emplace_back(json_number<uint64_t>(st, "self_ns"), op);
-      }
-      std::sort(order.rbegin(), order.rend());
-      for (const auto& [self, op] : order) {
-        if (t.rows.size() == kTableRows) break;
-        const json& st = calls[op];
-        const auto total = static_cast<double>(json_number<uint64_t>(st, "total_ns"));
-        const auto p50 = static_cast<double>(json_number<uint64_t>(st, "p50_ns"));
-        const auto count = json_number<uint64_t>(st, "count");
-        t.rows.push_back({text_cell(op),
-                          number_cell(std::to_string(count), static_cast<double>(count)),
-                          number_cell(compare::format_value(static_cast<double>(self), "ns"),
-                                      static_cast<double>(self)),
-                          number_cell(compare::format_value(total, "ns"), total),
-                          number_cell(compare::format_value(p50, "ns"), p50)});
-        t.bars.push_back(static_cast<double>(self));
-      }
-      if (!t.rows.empty()) html += "<h3>PyTorch operators by self time</h3>" + table_html(t);
+    for (const auto& [heading, table] : layer_tables) {
+      html += fmt::format("<h3>{}</h3>{}", html_escape(heading), table);
     }
     {
       Table t{{"kernel", "layer", "launches", "errors", "launch time", "p50", "p99"},
@@ -574,7 +414,7 @@ class SessionPage {
         if (t.rows.size() == kTableRows) break;
         const auto ns = [&](const char* key) {
           const auto v = static_cast<double>(json_number<uint64_t>(row, key));
-          return number_cell(compare::format_value(v, "ns"), v);
+          return number_cell(format_value(v, "ns"), v);
         };
         const auto launches = json_number<uint64_t>(row, "launches");
         const auto errors = json_number<uint64_t>(row, "errors");
@@ -588,63 +428,7 @@ class SessionPage {
       }
       if (!t.rows.empty()) html += "<h3>GPU kernels by launches</h3>" + table_html(t);
     }
-    {
-      // As the text summary counts them: idle waits (a worker blocked on its queue) left out.
-      Table t{{"Python function", "self time", "total time", "threads"}, {}, {}, "functions"};
-      std::vector<std::tuple<uint64_t, uint64_t, std::string, uint64_t>> rows;
-      const json functions = json_object(json_object(layers, "python"), "functions");
-      for (const auto& [name, f] : functions.items()) {
-        if (!f.is_object()) continue;
-        const auto get = [&f](const char* key) { return json_number<uint64_t>(f, key); };
-        const uint64_t self = get("self_ns") - std::min(get("self_ns"), get("idle_self_ns"));
-        const uint64_t total = get("total_ns") - std::min(get("total_ns"), get("idle_total_ns"));
-        if (total > 0) rows.emplace_back(self, total, name, get("threads"));
-      }
-      std::sort(rows.rbegin(), rows.rend());
-      for (const auto& [self, total, name, threads] : rows) {
-        if (t.rows.size() == kTableRows) break;
-        t.rows.push_back({text_cell(name),
-                          number_cell(compare::format_value(static_cast<double>(self), "ns"),
-                                      static_cast<double>(self)),
-                          number_cell(compare::format_value(static_cast<double>(total), "ns"),
-                                      static_cast<double>(total)),
-                          number_cell(std::to_string(threads), static_cast<double>(threads))});
-        t.bars.push_back(static_cast<double>(self));
-      }
-      if (!t.rows.empty())
-        html += "<h3>Python functions by self time (sampled)</h3>" + table_html(t);
-    }
     if (!html.empty()) page_.add_section("top", "Where the time goes", html);
-    mappings_section(layers);
-  }
-
-  // The os layer's mappings per process (seed 000: an upgrade that multiplied MAP_POPULATE
-  // mappings). summary.json keeps them as counts per process, not as timed events, so they are a
-  // table, not a chart.
-  void mappings_section(const json& layers) {
-    Table t{{"process", "mmaps", "munmaps", "bytes mapped", "MAP_POPULATE", "MAP_POPULATE peak/s"},
-            {},
-            {},
-            "mappings"};
-    const json mmap = json_object(json_object(layers, "os"), "mmap");
-    for (const auto& [pid_text, m] : mmap.items()) {
-      if (!m.is_object()) continue;
-      const auto pid = static_cast<uint32_t>(std::strtoul(pid_text.c_str(), nullptr, 10));
-      const json populate = json_object(m, "populate");
-      const auto count = [](const json& j, const char* key) {
-        const auto v = json_number<uint64_t>(j, key);
-        return number_cell(std::to_string(v), static_cast<double>(v));
-      };
-      const auto bytes = static_cast<double>(json_number<uint64_t>(m, "bytes_mapped"));
-      const double peak = json_number<double>(populate, "peak_per_s");
-      t.rows.push_back({text_cell(process_label(s_, pid)), count(m, "mmaps"), count(m, "munmaps"),
-                        number_cell(compare::format_value(bytes, "bytes"), bytes),
-                        count(populate, "count"), number_cell(fmt::format("{:.0f}", peak), peak)});
-      t.bars.push_back(static_cast<double>(json_number<uint64_t>(populate, "count")));
-    }
-    if (!t.rows.empty()) {
-      page_.add_section("mappings", "Memory mappings (os layer)", table_html(t));
-    }
   }
 
   void processes_section() {

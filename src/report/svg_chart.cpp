@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "compare/report.h"
+#include "common/human_text.h"
 
 namespace eacgm::report {
 namespace {
@@ -171,7 +171,7 @@ std::string html_escape(std::string_view text) {
 }
 
 Formatter unit_formatter(std::string_view unit) {
-  return [u = std::string(unit)](double v) { return compare::format_value(v, u); };
+  return [u = std::string(unit)](double v) { return format_value(v, u); };
 }
 
 std::vector<double> nice_ticks(double lo, double hi, int count) {

@@ -17,7 +17,7 @@ std::string html_escape(std::string_view text);
 
 // A value as people read it, for ticks and tooltips ("3.5 us", "12 MiB", "40 %").
 using Formatter = std::function<std::string(double)>;
-Formatter unit_formatter(std::string_view unit);  // compare::format_value's units
+Formatter unit_formatter(std::string_view unit);  // format_value's units
 
 struct Series {
   std::string name;

@@ -169,6 +169,59 @@ TEST(ReportHtml, TorchOperatorsAreTabledBySelfTimeFromTheirOpsTable) {
   EXPECT_LT(addmm, relu);  // by self time, the costlier first
 }
 
+TEST(ReportHtml, PythonFunctionsAreTabledBySelfTimeLessTheirIdleWaits) {
+  // A worker blocked on its queue (idle) is not where the time goes: "job.py:wait" spent 9 ms of
+  // self time, 8.5 of them idle, and ranks below "job.py:train"'s 2 ms; "job.py:sleep", idle
+  // throughout, is not listed at all. The python layer's table (layers/python/python_html.cpp).
+  TempDir dir;
+  auto db = SqliteWriter::open((dir.path() / "events.sqlite").string());
+  ASSERT_TRUE(db.ok()) << db.error().message;
+  ASSERT_TRUE((*db)->finish(Session{}).ok());
+  std::ofstream(dir.path() / "summary.json") << R"({
+    "duration_s": 2.0, "events": {"recorded": 3, "dropped": 0, "undecodable": 0},
+    "layers": {"python": {"status": "active", "functions": {
+      "job.py:wait": {"self_ns": 9000000, "total_ns": 9000000, "idle_self_ns": 8500000,
+                      "idle_total_ns": 8500000, "threads": 4},
+      "job.py:train": {"self_ns": 2000000, "total_ns": 5000000, "threads": 1},
+      "job.py:sleep": {"self_ns": 4000000, "total_ns": 4000000, "idle_self_ns": 4000000,
+                       "idle_total_ns": 4000000, "threads": 1}}}}})";
+  auto html = session_report_html(dir.path().string());
+  ASSERT_TRUE(html.ok()) << html.error().message;
+  const size_t table = html->find("<h3>Python functions by self time (sampled)</h3>");
+  ASSERT_NE(table, std::string::npos);
+  const size_t train = html->find("job.py:train", table);
+  const size_t wait = html->find("job.py:wait", table);
+  ASSERT_NE(train, std::string::npos);
+  ASSERT_NE(wait, std::string::npos);
+  EXPECT_LT(train, wait);
+  EXPECT_NE(html->find("500.00 us", wait), std::string::npos);  // its self time less its idle
+  EXPECT_EQ(html->find("job.py:sleep"), std::string::npos);
+}
+
+TEST(ReportHtml, ALayersOwnSectionsAreSectionsOfThePage) {
+  // The os layer's mappings come from its hook (layers/os/os_html.cpp), not from the page: they
+  // are a section of their own, with its heading, like the page's.
+  TempDir dir;
+  auto db = SqliteWriter::open((dir.path() / "events.sqlite").string());
+  ASSERT_TRUE(db.ok()) << db.error().message;
+  ASSERT_TRUE((*db)->finish(Session{}).ok());
+  std::ofstream(dir.path() / "summary.json") << R"({
+    "duration_s": 2.0, "events": {"recorded": 3, "dropped": 0, "undecodable": 0},
+    "layers": {"os": {"status": "active", "mmap": {
+      "4242": {"mmaps": 60, "munmaps": 10, "bytes_mapped": 1048576,
+               "populate": {"count": 50, "peak_per_s": 170}}}}}})";
+  auto html = session_report_html(dir.path().string());
+  ASSERT_TRUE(html.ok()) << html.error().message;
+  const size_t section = html->find("<section id=\"mappings\">");
+  ASSERT_NE(section, std::string::npos);
+  EXPECT_NE(html->find("Memory mappings (os layer)", section), std::string::npos);
+  const size_t row = html->find("pid 4242", section);
+  ASSERT_NE(row, std::string::npos);
+  EXPECT_NE(html->find(">50<", row), std::string::npos);
+  EXPECT_NE(html->find("1.0 MiB", row), std::string::npos);
+  EXPECT_EQ(html->find("<section id=\"top\">"), std::string::npos);  // no call tables
+}
+
 TEST(ReportHtml, EventsLostToDecodingAreSaidBesideTheDropped) {
   for (const uint64_t undecodable : {uint64_t{0}, uint64_t{7}}) {
     TempDir dir;

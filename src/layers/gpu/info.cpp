@@ -1,6 +1,7 @@
 #include "layers/gpu/info.h"
 
 #include "layers/gpu/gpu_doctor.h"
+#include "layers/gpu/gpu_html.h"
 #include "layers/gpu/gpu_report.h"
 #include "layers/gpu/gpu_runtime.h"
 
@@ -14,6 +15,7 @@ const LayerInfo& gpu_layer_info() {
       .calls_key = "",
       .report_lines = [](const Session& session,
                          const LayerState&) { return gpu_report_lines(session); },
+      .html_report = gpu_html_report,
       .doctor = gpu_doctor,
       .make_runtime = make_gpu_runtime};
   return info;

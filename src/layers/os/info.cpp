@@ -1,6 +1,7 @@
 #include "layers/os/info.h"
 
 #include "layers/os/os_doctor.h"
+#include "layers/os/os_html.h"
 #include "layers/os/os_report.h"
 #include "layers/os/os_runtime.h"
 
@@ -12,6 +13,7 @@ const LayerInfo& os_layer_info() {
                               .source = LayerSource::kTracepoints,
                               .calls_key = "",
                               .report_lines = os_report_lines,
+                              .html_report = os_html_report,
                               .doctor = os_doctor,
                               .make_runtime = make_os_runtime};
   return info;

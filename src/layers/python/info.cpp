@@ -1,6 +1,7 @@
 #include "layers/python/info.h"
 
 #include "layers/python/python_doctor.h"
+#include "layers/python/python_html.h"
 #include "layers/python/python_report.h"
 #include "layers/python/python_runtime.h"
 
@@ -12,6 +13,7 @@ const LayerInfo& python_layer_info() {
                               .source = LayerSource::kInterpreters,
                               .calls_key = "functions",
                               .report_lines = python_report_lines,
+                              .html_report = python_html_report,
                               .serve_by_default = false,
                               // Per-thread sampling of every Python process on a node is a
                               // profiler's job: record or attach.

@@ -1,5 +1,6 @@
 #include "layers/torch/info.h"
 
+#include "layers/torch/torch_html.h"
 #include "layers/torch/torch_runtime.h"
 
 namespace eacgm {
@@ -17,6 +18,7 @@ const LayerInfo& torch_layer_info() {
       .source = LayerSource::kLibraries,
       .libraries = kTorchLibraries,
       .calls_key = "ops",
+      .html_report = torch_html_report,
       .self_time = true,
       .duty_cycled = true,
       // PyTorch installed on the machine is common; the job using it is what counts.
