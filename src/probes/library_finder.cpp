@@ -280,6 +280,19 @@ std::vector<std::string> parse_ld_so_cache(std::string_view bytes) {
   return dirs;
 }
 
+std::vector<std::string> program_search_dirs(const char* path_variable) {
+  std::string_view path =
+      path_variable && *path_variable ? path_variable : "/usr/local/bin:/usr/bin:/bin";
+  std::vector<std::string> dirs;
+  while (true) {
+    const size_t colon = path.find(':');
+    const std::string_view dir = path.substr(0, colon);
+    dirs.emplace_back(dir.empty() ? std::string_view(".") : dir);
+    if (colon == std::string_view::npos) return dirs;
+    path.remove_prefix(colon + 1);
+  }
+}
+
 std::vector<std::string> library_search_dirs(const std::map<std::string, std::string>& env) {
   DirList dirs;
 

@@ -85,6 +85,12 @@ std::vector<std::string> parse_ld_so_cache(std::string_view cache_bytes);
 // `env`). Only existing directories; one entry per directory (by dev+inode, first spelling kept).
 std::vector<std::string> library_search_dirs(const std::map<std::string, std::string>& env);
 
+// The directories a program named without a slash is looked for in, as execvp(3) looks: the
+// entries of `path_variable` (PATH's value; nullptr when it is unset) in order, an empty entry
+// being the working directory ("."); unset or empty, the shells' default
+// /usr/local/bin:/usr/bin:/bin. Whether they exist is not checked.
+std::vector<std::string> program_search_dirs(const char* path_variable);
+
 // Every distinct regular file (by dev+inode) in `dirs` whose name starts with `name_prefix`
 // ("libcudart.so" finds libcudart.so, libcudart.so.13, libcudart.so.13.0.96: one file), as a
 // canonical path (symlinks resolved), in order of `dirs`.

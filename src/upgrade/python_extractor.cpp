@@ -13,6 +13,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "probes/library_finder.h"
+
 namespace eacgm::upgrade {
 namespace {
 
@@ -515,15 +517,9 @@ Result<std::string> find_python(const std::string& name) {
     }
     return name;
   }
-  const char* path = std::getenv("PATH");
-  std::string_view dirs = path && *path ? path : "/usr/local/bin:/usr/bin:/bin";
-  while (true) {
-    const size_t colon = dirs.find(':');
-    const std::string_view dir = dirs.substr(0, colon);
-    const std::string candidate = fmt::format("{}/{}", dir.empty() ? "." : dir, name);
+  for (const std::string& dir : program_search_dirs(std::getenv("PATH"))) {
+    std::string candidate = fmt::format("{}/{}", dir, name);
     if (executable(candidate)) return candidate;
-    if (colon == std::string_view::npos) break;
-    dirs.remove_prefix(colon + 1);
   }
   return Error{fmt::format(
       "no {} on PATH: eacgm scan parses Python with the job's own interpreter; name it with "

@@ -372,5 +372,17 @@ TEST(FindLibraryFilesTest, FindsTheCudaRuntime) {
   for (const std::string& path : found) EXPECT_EQ(fs::canonical(path).string(), path);
 }
 
+TEST(ProgramSearchDirs, PathIsSplitAsExecvpSplitsIt) {
+  EXPECT_EQ(program_search_dirs("/opt/py/bin:/usr/bin"),
+            (std::vector<std::string>{"/opt/py/bin", "/usr/bin"}));
+  // An empty entry, first, last or between two colons, is the working directory.
+  EXPECT_EQ(program_search_dirs(":/usr/bin::/bin:"),
+            (std::vector<std::string>{".", "/usr/bin", ".", "/bin", "."}));
+  // PATH unset or empty: the shells' default, not nowhere.
+  const std::vector<std::string> fallback{"/usr/local/bin", "/usr/bin", "/bin"};
+  EXPECT_EQ(program_search_dirs(nullptr), fallback);
+  EXPECT_EQ(program_search_dirs(""), fallback);
+}
+
 }  // namespace
 }  // namespace eacgm

@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <set>
-#include <sstream>
 
 #include "layers/python/python_binary.h"
 #include "layers/python/python_layouts.h"
@@ -18,9 +17,7 @@ std::vector<DoctorCheck> python_doctor(const DoctorContext& context) {
   // libpython on the library path and python3.8-3.13 on PATH (call counts and GC pauses need
   // the build's USDT probes).
   std::vector<std::string> candidates = find_library_files("libpython3", context.library_dirs);
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path ? path : "");
-  for (std::string dir; std::getline(dirs, dir, ':');) {
+  for (const std::string& dir : program_search_dirs(std::getenv("PATH"))) {
     for (int minor = 8; minor <= 13; ++minor) {
       candidates.push_back(fmt::format("{}/python3.{}", dir, minor));
     }
