@@ -289,7 +289,12 @@ class SessionPage {
           "are).</p>",
           comms.size() - shown, shown);
     }
-    page_.add_section("collectives", "NCCL collectives: how late each rank arrives", html);
+    // Named by the layer whose calls are the collectives (the registry's), like its charts.
+    const std::optional<Layer> layer = collective_layer();
+    page_.add_section(
+        "collectives",
+        fmt::format("{} collectives: how late each rank arrives", layer ? layer_name(*layer) : ""),
+        html);
   }
 
   // A heatmap of ranks by collective number (columns of several collectives when there are
