@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <regex>
@@ -26,6 +27,15 @@ size_t count(const std::string& text, const std::string& what) {
 }
 
 constexpr double kGap = std::numeric_limits<double>::quiet_NaN();
+
+// A session directory as record leaves it for a job that made no traced call: an empty
+// database beside the given summary.json, which is all a test of the page then varies.
+void write_callless_session(const std::filesystem::path& dir, const std::string& summary_json) {
+  auto db = SqliteWriter::open((dir / "events.sqlite").string());
+  ASSERT_TRUE(db.ok()) << db.error().message;
+  ASSERT_TRUE((*db)->finish(Session{}).ok());
+  std::ofstream(dir / "summary.json") << summary_json;
+}
 
 TEST(ReportHtml, EscapesMarkupQuotesAndControlBytes) {
   EXPECT_EQ(html_escape("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&#39;");
@@ -147,17 +157,13 @@ TEST(ReportHtml, TorchOperatorsAreTabledBySelfTimeFromTheirOpsTable) {
   // summary.json lists the torch layer's calls under "ops" (the other call layers' under
   // "calls"): the operators' table reads them from there.
   TempDir dir;
-  // A database as record writes it, of a session with no calls.
-  auto db = SqliteWriter::open((dir.path() / "events.sqlite").string());
-  ASSERT_TRUE(db.ok()) << db.error().message;
-  ASSERT_TRUE((*db)->finish(Session{}).ok());
-  std::ofstream(dir.path() / "summary.json") << R"({
+  ASSERT_NO_FATAL_FAILURE(write_callless_session(dir.path(), R"({
     "duration_s": 2.0, "events": {"recorded": 3, "dropped": 0, "undecodable": 0},
     "layers": {"torch": {"status": "active", "ops": {
       "aten::addmm": {"count": 40, "errors": 0, "total_ns": 9000000, "self_ns": 7000000,
                       "p50_ns": 200000, "p99_ns": 400000, "bytes": 0},
       "aten::relu": {"count": 40, "errors": 0, "total_ns": 3000000, "self_ns": 3000000,
-                     "p50_ns": 70000, "p99_ns": 90000, "bytes": 0}}}}})";
+                     "p50_ns": 70000, "p99_ns": 90000, "bytes": 0}}}}})"));
   auto html = session_report_html(dir.path().string());
   ASSERT_TRUE(html.ok()) << html.error().message;
   const size_t table = html->find("<h3>PyTorch operators by self time</h3>");
@@ -174,17 +180,14 @@ TEST(ReportHtml, PythonFunctionsAreTabledBySelfTimeLessTheirIdleWaits) {
   // self time, 8.5 of them idle, and ranks below "job.py:train"'s 2 ms; "job.py:sleep", idle
   // throughout, is not listed at all. The python layer's table (layers/python/python_html.cpp).
   TempDir dir;
-  auto db = SqliteWriter::open((dir.path() / "events.sqlite").string());
-  ASSERT_TRUE(db.ok()) << db.error().message;
-  ASSERT_TRUE((*db)->finish(Session{}).ok());
-  std::ofstream(dir.path() / "summary.json") << R"({
+  ASSERT_NO_FATAL_FAILURE(write_callless_session(dir.path(), R"({
     "duration_s": 2.0, "events": {"recorded": 3, "dropped": 0, "undecodable": 0},
     "layers": {"python": {"status": "active", "functions": {
       "job.py:wait": {"self_ns": 9000000, "total_ns": 9000000, "idle_self_ns": 8500000,
                       "idle_total_ns": 8500000, "threads": 4},
       "job.py:train": {"self_ns": 2000000, "total_ns": 5000000, "threads": 1},
       "job.py:sleep": {"self_ns": 4000000, "total_ns": 4000000, "idle_self_ns": 4000000,
-                       "idle_total_ns": 4000000, "threads": 1}}}}})";
+                       "idle_total_ns": 4000000, "threads": 1}}}}})"));
   auto html = session_report_html(dir.path().string());
   ASSERT_TRUE(html.ok()) << html.error().message;
   const size_t table = html->find("<h3>Python functions by self time (sampled)</h3>");
@@ -202,14 +205,11 @@ TEST(ReportHtml, ALayersOwnSectionsAreSectionsOfThePage) {
   // The os layer's mappings come from its hook (layers/os/os_html.cpp), not from the page: they
   // are a section of their own, with its heading, like the page's.
   TempDir dir;
-  auto db = SqliteWriter::open((dir.path() / "events.sqlite").string());
-  ASSERT_TRUE(db.ok()) << db.error().message;
-  ASSERT_TRUE((*db)->finish(Session{}).ok());
-  std::ofstream(dir.path() / "summary.json") << R"({
+  ASSERT_NO_FATAL_FAILURE(write_callless_session(dir.path(), R"({
     "duration_s": 2.0, "events": {"recorded": 3, "dropped": 0, "undecodable": 0},
     "layers": {"os": {"status": "active", "mmap": {
       "4242": {"mmaps": 60, "munmaps": 10, "bytes_mapped": 1048576,
-               "populate": {"count": 50, "peak_per_s": 170}}}}}})";
+               "populate": {"count": 50, "peak_per_s": 170}}}}}})"));
   auto html = session_report_html(dir.path().string());
   ASSERT_TRUE(html.ok()) << html.error().message;
   const size_t section = html->find("<section id=\"mappings\">");
@@ -225,12 +225,10 @@ TEST(ReportHtml, ALayersOwnSectionsAreSectionsOfThePage) {
 TEST(ReportHtml, EventsLostToDecodingAreSaidBesideTheDropped) {
   for (const uint64_t undecodable : {uint64_t{0}, uint64_t{7}}) {
     TempDir dir;
-    auto db = SqliteWriter::open((dir.path() / "events.sqlite").string());
-    ASSERT_TRUE(db.ok()) << db.error().message;
-    ASSERT_TRUE((*db)->finish(Session{}).ok());
-    std::ofstream(dir.path() / "summary.json")
-        << R"({"duration_s": 2.0, "events": {"recorded": 30, "dropped": 2, "undecodable": )"
-        << undecodable << "}}";
+    ASSERT_NO_FATAL_FAILURE(write_callless_session(
+        dir.path(),
+        R"({"duration_s": 2.0, "events": {"recorded": 30, "dropped": 2, "undecodable": )" +
+            std::to_string(undecodable) + "}}"));
     auto html = session_report_html(dir.path().string());
     ASSERT_TRUE(html.ok()) << html.error().message;
     EXPECT_NE(html->find(undecodable ? "30 recorded, 2 dropped, 7 undecodable"
