@@ -50,8 +50,8 @@ struct eacgm_frame {
   __u64 py_instr;
   __u32 func_id;
   __u32 layer;
-  __u32 flags; /* EACGM_CALL_* of the call's event */
-  __u32 pad;
+  __u32 flags;     /* EACGM_CALL_* of the call's event */
+  __u32 announced; /* events.h eacgm_call.announced */
 };
 
 /* Entry and return are paired here, per thread: one finished call is one
@@ -62,6 +62,8 @@ struct eacgm_frame {
 struct eacgm_call_stack {
   __u32 depth;        /* open calls in `frames`; calls nested deeper are not timed */
   __u32 py_absent_at; /* see eacgm_py_caller */
+  __u32 announced;    /* the thread's entries of EACGM_ROW_EMIT_ENTRY rows, lost ones too */
+  __u32 pad;
   struct eacgm_frame frames[EACGM_MAX_DEPTH];
 };
 
@@ -216,7 +218,12 @@ static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
   if (read) eacgm_entry_read(f, sp, read);
   eacgm_py_caller(id, &st->py_absent_at, &f->py_code, &f->py_instr);
   f->start_ns = bpf_ktime_get_ns();
-  if (!(flags & EACGM_ROW_EMIT_ENTRY)) return 0;
+  if (!(flags & EACGM_ROW_EMIT_ENTRY)) {
+    f->announced = 0;
+    return 0;
+  }
+  /* Counted before the event is reserved: a full ring buffer loses the event, not the count. */
+  f->announced = ++st->announced;
   struct eacgm_call* e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
   if (!e) {
     eacgm_count_drop();
@@ -237,7 +244,7 @@ static __always_inline int eacgm_call_entry(struct pt_regs* ctx, __u32 layer,
   e->py_code = f->py_code;
   e->py_instr = f->py_instr;
   e->flags = f->flags;
-  e->pad = 0;
+  e->announced = f->announced;
   eacgm_submit_call(e);
   return 0;
 }
@@ -319,7 +326,7 @@ static __always_inline int eacgm_call_return(struct pt_regs* ctx, __u32 layer,
   e->py_code = f->py_code;
   e->py_instr = f->py_instr;
   e->flags = f->flags;
-  e->pad = 0;
+  e->announced = f->announced;
   if (row_flags[func_id & (EACGM_MAX_FUNCS - 1)] & EACGM_ROW_NAMES)
     eacgm_send_name(f, id, layer, e->out_value, e->ret,
                     name_slots[func_id & (EACGM_MAX_FUNCS - 1)]);

@@ -133,7 +133,12 @@ struct eacgm_call {
   __u64 py_code;
   __u64 py_instr;
   __u32 flags; /* EACGM_CALL_* */
-  __u32 pad;
+  /* For a row that announces its start (EACGM_ROW_EMIT_ENTRY): which of the thread's
+   * announcing calls this is, counting from 1 at its first traced one, the same in the call's
+   * begin and end events; 0 for other rows. Counted in the kernel, so a gap between two of a
+   * thread's events says how many of its announcing calls user space never saw (both events
+   * lost to a full ring buffer), and numbering by it cannot drift. */
+  __u32 announced;
 };
 
 /* The call ran inside an open call of the layer its own layer is built on

@@ -80,6 +80,7 @@ Result<Event> decode_call(std::span<const std::byte> data, bool finished,
   call.start_ns = c.hdr.ts_ns;
   call.duration_ns = c.duration_ns;
   call.depth = c.depth;
+  call.announced = c.announced;
   call.finished = finished;
   std::memcpy(call.raw.args.data(), c.args, sizeof(c.args));
   call.py_code = c.py_code;

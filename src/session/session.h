@@ -39,6 +39,9 @@ struct CallRecord {
   uint64_t start_ns = 0;  // CLOCK_MONOTONIC (bpf_ktime_get_ns)
   uint64_t duration_ns = 0;
   uint32_t depth = 0;
+  // Which of its thread's announcing calls (rows that emit their entry) this is, the same in its
+  // begin and its end; 0 for other rows (bpf/events.h eacgm_call.announced).
+  uint32_t announced = 0;
   bool finished = true;
   RawCall raw;
   std::optional<CollectiveRef> collective;  // set by the recorder for NCCL collectives

@@ -68,12 +68,15 @@ std::vector<Anomaly> run(Job& job, int nranks, int steps, Delay delay) {
   std::vector<Anomaly> found;
   uint64_t t = 1'000 * kMs;
   for (int s = 0; s < steps; ++s) {
+    // Each rank's start, drawn once: its end event carries the start its begin had.
+    std::vector<uint64_t> in(nranks);
     uint64_t last = 0;
     for (int r = 0; r < nranks; ++r) {
-      job.enter(r, t + delay(r, s));
-      last = std::max(last, t + delay(r, s));
+      in[r] = t + delay(r, s);
+      job.enter(r, in[r]);
+      last = std::max(last, in[r]);
     }
-    for (int r = 0; r < nranks; ++r) job.leave(r, t + delay(r, s), last + kMs);
+    for (int r = 0; r < nranks; ++r) job.leave(r, in[r], last + kMs);
     t = last + 20 * kMs;
     for (Anomaly& a : job.tracker().check(t)) found.push_back(std::move(a));
   }
@@ -198,8 +201,8 @@ TEST(Collectives, AHangThatMovesOnIsResolvedAndALaterOneIsNamedAgain) {
   EXPECT_EQ(resolved[0].seq, 6u);
   EXPECT_DOUBLE_EQ(resolved[0].waited_s, 8.0);
   EXPECT_TRUE(job.tracker().take_resolutions().empty());  // taken once
+  for (int r = 0; r < 3; ++r) job.leave(r, r == 1 ? t + 8'000 * kMs : t, t + 8'001 * kMs);
   t += 8'000 * kMs;
-  for (int r = 0; r < 3; ++r) job.leave(r, t, t + kMs);
   t += 10 * kMs;
   for (int r = 0; r < 3; ++r) job.enter(r, t);  // #7 completes
   for (int r = 0; r < 3; ++r) job.leave(r, t, t + kMs);
@@ -271,23 +274,25 @@ class AttachedJob {
   int nranks() const { return static_cast<int>(procs_.size()); }
   void enter(int rank, int step, uint64_t t) {
     if (step < first_step_[rank]) return;
-    CallRecord c = call(rank, t);
+    CallRecord c = call(rank, step, t);
     c.finished = false;
     tracker_.on_begin(c, &procs_[rank]);
   }
   std::optional<CollectiveRef> leave(int rank, int step, uint64_t t, uint64_t end) {
     if (step < first_step_[rank]) return std::nullopt;
-    CallRecord c = call(rank, t);
+    CallRecord c = call(rank, step, t);
     c.duration_ns = end - t;
     return tracker_.on_end(c, &procs_[rank]);
   }
   CollectiveTracker& tracker() { return tracker_; }
 
  private:
-  CallRecord call(int rank, uint64_t t) const {
+  CallRecord call(int rank, int step, uint64_t t) const {
     CallRecord c;
     c.pid = pid(rank);
     c.tid = c.pid;
+    // As the kernel counts the thread's collectives: from 1 at the first it was traced making.
+    c.announced = static_cast<uint32_t>(step - first_step_[rank] + 1);
     c.spec = &nccl_row("ncclAllReduce");
     c.start_ns = t;
     c.raw.args[kRdx] = 1024;
@@ -310,13 +315,15 @@ std::pair<std::vector<Anomaly>, std::vector<std::vector<std::optional<uint64_t>>
   std::vector<std::vector<std::optional<uint64_t>>> seqs(steps);
   uint64_t t = 1'000 * kMs;
   for (int s = 0; s < steps; ++s) {
+    std::vector<uint64_t> in(job.nranks());  // drawn once, as in run()
     uint64_t last = 0;
     for (int r = 0; r < job.nranks(); ++r) {
-      job.enter(r, s, t + delay(r, s));
-      last = std::max(last, t + delay(r, s));
+      in[r] = t + delay(r, s);
+      job.enter(r, s, in[r]);
+      last = std::max(last, in[r]);
     }
     for (int r = 0; r < job.nranks(); ++r) {
-      auto ref = job.leave(r, s, t + delay(r, s), last + kMs);
+      auto ref = job.leave(r, s, in[r], last + kMs);
       seqs[s].push_back(ref ? std::optional<uint64_t>(ref->seq) : std::nullopt);
       if (ref) {
         EXPECT_EQ(ref->comm_id, "world");
@@ -382,6 +389,73 @@ TEST(Collectives, AttachAlignsBackToBackCollectivesWhoseEndsInterleave) {
       }
     }
     t = last + 300'000;
+  }
+}
+
+TEST(Collectives, AttachNumbersStayAlignedWhenARanksEventsAreLost) {
+  // A full ring buffer loses events: rank 1's end at step 100, rank 2's begin at step 120, both
+  // of rank 3's events at step 140 (only the kernel's count of the thread's collectives says it
+  // happened). Counting each rank's events would number every later collective of those ranks
+  // one off, so calls of different collectives would be taken for one and judged for lateness.
+  AttachedJob job({0, 0, 0, 0});
+  const auto lost = [](int rank, int step, bool begin) {
+    return (rank == 1 && step == 100 && !begin) || (rank == 2 && step == 120 && begin) ||
+           (rank == 3 && step == 140);
+  };
+  std::mt19937 rng(11);
+  std::vector<Anomaly> found;
+  uint64_t t = 1'000 * kMs;
+  int numbered = 0;
+  for (int s = 0; s < 300; ++s) {
+    std::vector<uint64_t> in(4);
+    uint64_t last = 0;
+    for (int r = 0; r < 4; ++r) {
+      in[r] = t + rng() % 200'000;
+      last = std::max(last, in[r]);
+      if (!lost(r, s, true)) job.enter(r, s, in[r]);
+    }
+    for (int r = 0; r < 4; ++r) {
+      if (lost(r, s, false)) continue;
+      const auto ref = job.leave(r, s, in[r], last + kMs);
+      if (!ref) continue;
+      EXPECT_EQ(ref->seq, static_cast<uint64_t>(s + 1)) << "rank " << r << " step " << s;
+      if (s > 100) ++numbered;
+    }
+    t = last + 5 * kMs;
+    for (Anomaly& a : job.tracker().check(t)) found.push_back(std::move(a));
+  }
+  EXPECT_GE(numbered, 4 * 199 - 2);  // every end after step 100 that was not lost
+  EXPECT_TRUE(found.empty()) << found[0].message;
+  // Rank 2's arrival at step 120 was taken from its end, which carries the start: the
+  // collective was judged with all four ranks, like every other.
+  std::map<int, uint64_t> judged;  // collectives per rank
+  for (const nlohmann::json& rank : job.tracker().rank_figures()) {
+    judged[rank["rank"].get<int>()] = rank["collectives"].get<uint64_t>();
+  }
+  ASSERT_EQ(judged.size(), 4u);
+  // Step 140's collective waits for rank 3 (until the hang timeout lets it go) and is judged on
+  // none; every other collective is judged on all four, step 120's too.
+  for (int r = 1; r < 4; ++r) EXPECT_EQ(judged[r], judged[0]) << "rank " << r;
+  EXPECT_GE(judged[0], 300u - 20u - 1u);  // all but the few before the alignment
+}
+
+TEST(Collectives, ALostEndShiftsNoLaterNumberOfACommunicatorSeenCreated) {
+  // Numbered from ncclCommInitRank: the end of rank 0's third all-reduce is lost, and its
+  // fourth must still be number 4, on both ranks.
+  Job job(2);
+  uint64_t t = 1'000 * kMs;
+  for (uint64_t step = 1; step <= 6; ++step) {
+    job.enter(0, t);
+    job.enter(1, t + 10);
+    const auto a = step == 3 ? std::nullopt : job.leave(0, t, t + kMs);
+    const auto b = job.leave(1, t + 10, t + kMs);
+    if (step != 3) {
+      ASSERT_TRUE(a);
+      EXPECT_EQ(a->seq, step);
+    }
+    ASSERT_TRUE(b);
+    EXPECT_EQ(b->seq, step);
+    t += 5 * kMs;
   }
 }
 

@@ -106,6 +106,25 @@ TEST(Decoder, MallocOutPointerAndBytes) {
   EXPECT_EQ(args[1].number, 1 << 20);
 }
 
+TEST(Decoder, AnAnnouncedCallsKernelCountIsKeptInBothItsEvents) {
+  // The collectives' numbering rests on it (layers/nccl/collectives.h ThreadCursor).
+  size_t row = 0;
+  const auto table = probe_table(Layer::kNccl);
+  while (row < table.size() && table[row].symbol != "ncclAllReduce") ++row;
+  ASSERT_LT(row, table.size());
+  for (const uint32_t kind : {uint32_t{EACGM_EV_CALL_BEGIN}, uint32_t{EACGM_EV_CALL}}) {
+    eacgm_call c{};
+    c.hdr = {kind, 1, 2, EACGM_LAYER_NCCL, 1};
+    c.func_id = static_cast<uint32_t>(row);
+    c.announced = 7;
+    auto event = decode_event(bytes_of(c));
+    ASSERT_TRUE(event.ok()) << event.error().message;
+    const CallRecord& call = std::get<CallRecord>(*event);
+    EXPECT_EQ(call.announced, 7u);
+    EXPECT_EQ(call.finished, kind == EACGM_EV_CALL);
+  }
+}
+
 TEST(Decoder, ProcessExit) {
   eacgm_proc p{};
   p.hdr = {EACGM_EV_PROC_EXIT, 42, 43, 0, 99};

@@ -105,18 +105,37 @@ CollectiveTracker::Comm* CollectiveTracker::comm_of(const CallRecord& call,
   return nullptr;
 }
 
-std::optional<CollectiveRef> CollectiveTracker::on_begin(const CallRecord& call,
-                                                         const ProcessInfo* process) {
-  if (call.spec->role != CallRole::kCollective) return std::nullopt;
-  Comm* comm = comm_of(call, process);
-  if (!comm) return std::nullopt;
-  const uint64_t local = ++comm->next_seq;
+uint64_t CollectiveTracker::call_number(const CallRecord& call, const CommKey& key, Comm& comm,
+                                        bool* at_begin) {
+  auto [it, first] = threads_.try_emplace({call.pid, call.tid});
+  ThreadCursor& t = it->second;
+  *at_begin = false;
+  if (!first && call.finished && t.open_local && t.comm == key && t.announced == call.announced &&
+      t.open_start_ns == call.start_ns) {
+    *at_begin = true;
+    return *std::exchange(t.open_local, std::nullopt);
+  }
+  if (!first && t.comm != key) t.one_comm = false;
+  // Calls the thread made between its previous one and this, of which no event arrived.
+  if (!first && t.one_comm && call.announced > t.announced + 1) {
+    comm.next_seq += call.announced - t.announced - 1;
+  }
+  const uint64_t local = ++comm.next_seq;
+  t.announced = call.announced;
+  t.comm = key;
+  t.open_local = call.finished ? std::nullopt : std::optional<uint64_t>(local);
+  t.open_start_ns = call.start_ns;
+  return local;
+}
+
+std::optional<CollectiveRef> CollectiveTracker::enter(const CallRecord& call, const Comm& comm,
+                                                      uint64_t local) {
   uint64_t seq = local;
-  if (comm->assumed) {
-    WorldRank& w = world_[comm->rank];
+  if (comm.assumed) {
+    WorldRank& w = world_[comm.rank];
     if (!world_aligned_) {
       w.pid = call.pid;
-      w.nranks = comm->nranks;
+      w.nranks = comm.nranks;
       if (w.begins.size() < kMaxUnaligned) {
         w.begins.push_back({local, call.start_ns, std::string(call.name())});
       }
@@ -125,8 +144,19 @@ std::optional<CollectiveRef> CollectiveTracker::on_begin(const CallRecord& call,
     if (!w.offset || static_cast<int64_t>(local) + *w.offset < 1) return std::nullopt;
     seq = static_cast<uint64_t>(static_cast<int64_t>(local) + *w.offset);
   }
-  arrive(comm->id, comm->rank, comm->nranks, seq, call.start_ns, call.pid, call.name());
-  return CollectiveRef{comm->id, seq, comm->rank, comm->nranks};
+  arrive(comm.id, comm.rank, comm.nranks, seq, call.start_ns, call.pid, call.name());
+  return CollectiveRef{comm.id, seq, comm.rank, comm.nranks};
+}
+
+std::optional<CollectiveRef> CollectiveTracker::on_begin(const CallRecord& call,
+                                                         const ProcessInfo* process) {
+  if (call.spec->role != CallRole::kCollective) return std::nullopt;
+  Comm* comm = comm_of(call, process);
+  if (!comm) return std::nullopt;
+  bool at_begin = false;
+  const uint64_t local =
+      call_number(call, {call.pid, call.raw.word(call.spec->comm_slot)}, *comm, &at_begin);
+  return enter(call, *comm, local);
 }
 
 void CollectiveTracker::arrive(const std::string& comm_id, int rank, int nranks, uint64_t seq,
@@ -230,8 +260,8 @@ void CollectiveTracker::align_world() {
     first[rank] = best;
   }
   for (auto& [rank, w] : world_) {
-    // The reference's first collective is this rank's (first + 1)-th seen: sequence 1.
-    w.offset = -static_cast<int64_t>(first[rank]);
+    // The reference's first collective is this rank's end number `first`: sequence 1.
+    w.offset = 1 - static_cast<int64_t>(w.ends[first[rank]].local);
   }
   world_aligned_ = true;
   const std::string id(kAssumedWorldComm);
@@ -240,7 +270,7 @@ void CollectiveTracker::align_world() {
       const int64_t seq = static_cast<int64_t>(b.local) + *w.offset;
       if (seq >= 1) arrive(id, rank, w.nranks, static_cast<uint64_t>(seq), b.ts_ns, w.pid, b.name);
     }
-    const int64_t completed = static_cast<int64_t>(w.ends.size()) + *w.offset;
+    const int64_t completed = static_cast<int64_t>(w.ends.back().local) + *w.offset;
     if (completed >= 1) {
       RankStats& stats = ranks_[{id, rank}];
       stats.pid = w.pid;
@@ -324,21 +354,22 @@ std::optional<CollectiveRef> CollectiveTracker::on_end(const CallRecord& call,
     default:
       return std::nullopt;
   }
-  auto it = comms_.find({call.pid, call.raw.word(spec.comm_slot)});
-  if (it == comms_.end()) {
-    (void)process;
-    return std::nullopt;
-  }
-  Comm& comm = it->second;
-  std::optional<uint64_t> aligned;
+  Comm* found = comm_of(call, process);
+  if (!found) return std::nullopt;
+  Comm& comm = *found;
+  bool at_begin = false;
+  const uint64_t local =
+      call_number(call, {call.pid, call.raw.word(spec.comm_slot)}, comm, &at_begin);
+  // Its begin event was lost: the end carries the start, so the rank's arrival is still known.
+  if (!at_begin) enter(call, comm, local);
+  uint64_t seq = local;
   if (comm.assumed) {
-    const uint64_t local = ++comm.local_ends;
     WorldRank& w = world_[comm.rank];
     if (!world_aligned_) {
       w.pid = call.pid;
       w.nranks = comm.nranks;
       if (w.ends.size() < kMaxUnaligned) {
-        w.ends.push_back({call.start_ns, call.start_ns + call.duration_ns});
+        w.ends.push_back({local, call.start_ns, call.start_ns + call.duration_ns});
       }
       align_world();
     }
@@ -347,18 +378,7 @@ std::optional<CollectiveRef> CollectiveTracker::on_end(const CallRecord& call,
     if (!world_aligned_ || !w.offset || static_cast<int64_t>(local) + *w.offset < 1) {
       return std::nullopt;
     }
-    aligned = static_cast<uint64_t>(static_cast<int64_t>(local) + *w.offset);
-  }
-  // Collectives complete in the order they were issued on a communicator; the completed one is
-  // the oldest not yet completed.
-  uint64_t seq = 0;
-  if (aligned) {
-    seq = *aligned;
-  } else {
-    auto stats = ranks_.find({comm.id, comm.rank});
-    seq = stats != ranks_.end() && stats->second.last_completed
-              ? stats->second.last_completed->first + 1
-              : 1;
+    seq = static_cast<uint64_t>(static_cast<int64_t>(local) + *w.offset);
   }
   const CollectiveRef ref{comm.id, seq, comm.rank, comm.nranks};
   complete(ref, call.pid, call.name(), call.start_ns + call.duration_ns, call.duration_ns,
@@ -637,6 +657,7 @@ bool CollectiveTracker::paused_between(uint32_t pid, uint64_t after_ns, uint64_t
 
 void CollectiveTracker::forget_process(uint32_t pid) {
   pauses_.erase(pid);
+  std::erase_if(threads_, [pid](const auto& entry) { return entry.first.first == pid; });
   std::erase_if(comms_, [pid](const auto& entry) { return entry.first.first == pid; });
   std::erase_if(ranks_, [pid](const auto& entry) { return entry.second.pid == pid; });
   for (auto it = pending_.begin(); it != pending_.end();) {

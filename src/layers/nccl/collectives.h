@@ -140,14 +140,14 @@ class CollectiveTracker {
     int rank = -1;
     int nranks = 0;
     uint64_t next_seq = 0;
-    bool assumed = false;     // the world communicator, assumed after attach
-    uint64_t local_ends = 0;  // assumed: collectives seen ending on this rank
+    bool assumed = false;  // the world communicator, assumed after attach
   };
   // One rank of the assumed world communicator until the ranks are aligned.
   struct WorldRank {
     uint32_t pid = 0;
     int nranks = 0;
     struct Span {
+      uint64_t local = 0;  // the collective's number on this rank (call_number)
       uint64_t start_ns = 0;
       uint64_t end_ns = 0;
     };
@@ -201,6 +201,25 @@ class CollectiveTracker {
   using PendingMap = std::map<std::pair<std::string, uint64_t>, Pending>;  // (comm id, seq)
 
   Comm* comm_of(const CallRecord& call, const ProcessInfo* process);
+  // Where a calling thread is in its collectives. A collective is numbered once, at whichever
+  // of its two events comes first, and the other takes that number: a lost end shifts no later
+  // number. The kernel counts each thread's collectives (CallRecord::announced), so collectives
+  // of which both events were lost are counted from the gap, on the one communicator the thread
+  // uses; a thread on several leaves the gap unattributed (numbers may then drift, and the
+  // assumed world's overlap check is what remains).
+  struct ThreadCursor {
+    uint32_t announced = 0;              // of the latest call seen
+    CommKey comm;                        // the latest call's communicator
+    bool one_comm = true;                // every call seen was on `comm`
+    std::optional<uint64_t> open_local;  // the latest call's number, until its end is seen
+    uint64_t open_start_ns = 0;          // and its start, which its end carries too
+  };
+  // The call's number among its communicator's collectives on this rank, counting from 1 at the
+  // first seen; `*at_begin` says whether its begin event was numbered before (an end only).
+  uint64_t call_number(const CallRecord& call, const CommKey& key, Comm& comm, bool* at_begin);
+  // A rank entered its collective number `local` (from its begin event, or from its end when the
+  // begin was lost): its arrival, unless the assumed world is not aligned yet.
+  std::optional<CollectiveRef> enter(const CallRecord& call, const Comm& comm, uint64_t local);
   void arrive(const std::string& comm_id, int rank, int nranks, uint64_t seq, uint64_t ts_ns,
               uint32_t pid, std::string_view name);
   void align_world();
@@ -219,6 +238,7 @@ class CollectiveTracker {
   Options options_;
   uint64_t session_start_ns_ = 0;
   std::map<CommKey, Comm> comms_;
+  std::map<std::pair<uint32_t, uint32_t>, ThreadCursor> threads_;  // by (pid, tid)
   PendingMap pending_;
   std::map<std::string, size_t> pending_per_comm_;          // entries of pending_, by comm id
   std::map<std::pair<std::string, int>, RankStats> ranks_;  // (comm id, rank)
